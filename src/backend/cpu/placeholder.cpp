@@ -1,0 +1,1 @@
+int vllm_cpu_placeholder;

@@ -1,0 +1,1 @@
+int vllm_loader_placeholder;
