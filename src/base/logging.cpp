@@ -44,11 +44,16 @@ spdlog::logger& logger() {
 
 spdlog::level::level_enum to_spdlog(Level level) {
   switch (level) {
-    case Level::kDebug: return spdlog::level::debug;
-    case Level::kInfo: return spdlog::level::info;
-    case Level::kWarning: return spdlog::level::warn;
-    case Level::kError: return spdlog::level::err;
-    case Level::kOff: return spdlog::level::off;
+    case Level::kDebug:
+      return spdlog::level::debug;
+    case Level::kInfo:
+      return spdlog::level::info;
+    case Level::kWarning:
+      return spdlog::level::warn;
+    case Level::kError:
+      return spdlog::level::err;
+    case Level::kOff:
+      return spdlog::level::off;
   }
   return spdlog::level::info;
 }
@@ -68,9 +73,13 @@ Expected<Level> parse_level(std::string_view name) {
                     "unknown log level '{}' (expected DEBUG, INFO, WARNING, ERROR or OFF)", name);
 }
 
-void set_level(Level level) { current_level().store(static_cast<int>(level)); }
+void set_level(Level level) {
+  current_level().store(static_cast<int>(level));
+}
 
-Level level() { return static_cast<Level>(current_level().load()); }
+Level level() {
+  return static_cast<Level>(current_level().load());
+}
 
 bool enabled(Level level) {
   return level != Level::kOff && static_cast<int>(level) >= current_level().load();

@@ -25,10 +25,10 @@ void write(Level level, const char* file, int line, std::string_view message);
 
 }  // namespace vllm::log
 
-#define VLLM_LOG(level, ...)                                                          \
-  do {                                                                                \
-    if (::vllm::log::enabled(level))                                                  \
-      ::vllm::log::write(level, __FILE__, __LINE__, fmt::format(__VA_ARGS__));        \
+#define VLLM_LOG(level, ...)                                                   \
+  do {                                                                         \
+    if (::vllm::log::enabled(level))                                           \
+      ::vllm::log::write(level, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)
 #define VLLM_LOG_DEBUG(...) VLLM_LOG(::vllm::log::Level::kDebug, __VA_ARGS__)
 #define VLLM_LOG_INFO(...) VLLM_LOG(::vllm::log::Level::kInfo, __VA_ARGS__)

@@ -7,15 +7,24 @@ namespace vllm {
 
 std::string_view error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kNotFound: return "not found";
-    case ErrorCode::kIoError: return "I/O error";
-    case ErrorCode::kInvalidFormat: return "invalid format";
-    case ErrorCode::kOutOfRange: return "out of range";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kResourceExhausted: return "resource exhausted";
-    case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kNotFound:
+      return "not found";
+    case ErrorCode::kIoError:
+      return "I/O error";
+    case ErrorCode::kInvalidFormat:
+      return "invalid format";
+    case ErrorCode::kOutOfRange:
+      return "out of range";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kResourceExhausted:
+      return "resource exhausted";
+    case ErrorCode::kInternal:
+      return "internal error";
   }
   return "unknown error";
 }

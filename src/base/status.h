@@ -62,7 +62,7 @@ Status make_error(ErrorCode code, fmt::format_string<Args...> format, Args&&... 
 template <typename T>
 class [[nodiscard]] Expected {
  public:
-  Expected(T value) : storage_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Expected(T value) : storage_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Expected(Status status) : storage_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(storage_).is_ok()) {
       storage_ = Status(ErrorCode::kInternal, "Expected constructed from an ok Status");
@@ -110,9 +110,9 @@ T& Expected<T>::checked() {
 #define VLLM_STATUS_CONCAT(a, b) VLLM_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if `expr` (a Status) is an error.
-#define VLLM_RETURN_IF_ERROR(expr)                   \
-  do {                                               \
-    ::vllm::Status vllm_status_tmp_ = (expr);        \
+#define VLLM_RETURN_IF_ERROR(expr)                          \
+  do {                                                      \
+    ::vllm::Status vllm_status_tmp_ = (expr);               \
     if (!vllm_status_tmp_.is_ok()) return vllm_status_tmp_; \
   } while (0)
 
@@ -129,7 +129,7 @@ T& Expected<T>::checked() {
   do {                                                                \
     if (!(cond)) ::vllm::check_failed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
-#define VLLM_CHECK_MSG(cond, ...)                                                         \
-  do {                                                                                    \
+#define VLLM_CHECK_MSG(cond, ...)                                                           \
+  do {                                                                                      \
     if (!(cond)) ::vllm::check_failed(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)

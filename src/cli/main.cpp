@@ -1,17 +1,21 @@
 // The `vllm` command: subcommands as vLLM's CLI names them.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
+#include <map>
 
 #include "base/logging.h"
+#include "cli/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"vllm.cpp: a C++ port of vLLM's serving engine", "vllm"};
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "vllm.cpp 0.1.0");
+  std::map<std::string, vllm::cli::Runner> runners;
+  runners["generate"] = vllm::cli::add_generate_command(app);
   CLI11_PARSE(app, argc, argv);
-  if (app.get_subcommands().empty()) {
-    std::fputs(app.help().c_str(), stdout);
+  for (CLI::App* sub : app.get_subcommands()) {
+    return runners.at(sub->get_name())();
   }
+  std::fputs(app.help().c_str(), stdout);
   return 0;
 }

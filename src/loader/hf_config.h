@@ -37,6 +37,15 @@ struct RopeConfig {
 
 enum class LayerType { kFullAttention, kLinearAttention };
 
+// "quantization_config" of pre-quantized checkpoints (e.g. Qwen3.5-397B-A17B-FP8).
+struct QuantizationConfig {
+  std::string quant_method;                         // "fp8", ...
+  std::string activation_scheme;                    // "dynamic" | "static"; empty when absent
+  std::string fmt;                                  // "e4m3" where given; empty when absent
+  std::vector<int64_t> weight_block_size;           // [128, 128]; empty: per-tensor scales
+  std::vector<std::string> modules_to_not_convert;  // checkpoint names kept unquantized
+};
+
 struct ModelConfig {
   std::vector<std::string> architectures;
   std::string model_type;       // top level, e.g. "qwen3_5_moe"
@@ -83,6 +92,8 @@ struct ModelConfig {
   std::vector<int64_t> mlp_only_layers;
 
   int64_t mtp_num_hidden_layers = 0;
+
+  std::optional<QuantizationConfig> quantization;  // absent: weights in `dtype`
 
   bool is_moe() const { return num_experts > 0; }
   bool is_hybrid() const;

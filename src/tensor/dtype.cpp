@@ -26,17 +26,21 @@ constexpr std::array<std::pair<DType, std::string_view>, 12> kNames = {{
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kF64:
-    case DType::kI64: return 8;
+    case DType::kI64:
+      return 8;
     case DType::kF32:
-    case DType::kI32: return 4;
+    case DType::kI32:
+      return 4;
     case DType::kF16:
     case DType::kBF16:
-    case DType::kI16: return 2;
+    case DType::kI16:
+      return 2;
     case DType::kF8E4M3:
     case DType::kF8E5M2:
     case DType::kI8:
     case DType::kU8:
-    case DType::kBool: return 1;
+    case DType::kBool:
+      return 1;
   }
   return 0;
 }
@@ -48,8 +52,10 @@ bool dtype_is_float(DType dtype) {
     case DType::kBF16:
     case DType::kF8E4M3:
     case DType::kF8E5M2:
-    case DType::kF64: return true;
-    default: return false;
+    case DType::kF64:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -11,15 +11,23 @@ namespace {
 
 constexpr size_t kCpuAlignment = 64;
 
-std::array<DeviceAllocator*, 2>& allocators() {
-  static std::array<DeviceAllocator*, 2> table = {nullptr, nullptr};
+std::array<DeviceAllocator*, 3>& allocators() {
+  static std::array<DeviceAllocator*, 3> table = {nullptr, nullptr, nullptr};
   return table;
 }
 
 }  // namespace
 
 std::string Device::to_string() const {
-  return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index);
+  switch (type) {
+    case DeviceType::kCPU:
+      return "cpu";
+    case DeviceType::kCUDA:
+      return fmt::format("cuda:{}", index);
+    case DeviceType::kMeta:
+      return "meta";
+  }
+  return "?";
 }
 
 void register_device_allocator(DeviceType type, DeviceAllocator* allocator) {
@@ -27,6 +35,7 @@ void register_device_allocator(DeviceType type, DeviceAllocator* allocator) {
 }
 
 Expected<std::shared_ptr<Storage>> Storage::allocate(size_t nbytes, Device device) {
+  if (device.is_meta()) return std::make_shared<Storage>(nullptr, nbytes, device, nullptr);
   if (device.is_cpu()) {
     size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     if (rounded == 0) rounded = kCpuAlignment;
@@ -46,7 +55,8 @@ Expected<std::shared_ptr<Storage>> Storage::allocate(size_t nbytes, Device devic
   }
   VLLM_ASSIGN_OR_RETURN(void* data, allocator->allocate(nbytes, device.index));
   int index = device.index;
-  std::shared_ptr<void> owner(data, [allocator, index](void* p) { allocator->deallocate(p, index); });
+  std::shared_ptr<void> owner(data,
+                              [allocator, index](void* p) { allocator->deallocate(p, index); });
   return std::make_shared<Storage>(data, nbytes, device, std::move(owner));
 }
 
@@ -138,6 +148,8 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr() const {
   VLLM_CHECK_MSG(defined(), "data_ptr() of an undefined tensor");
+  VLLM_CHECK_MSG(!device().is_meta(), "data_ptr() of a meta tensor {} (it has no memory)",
+                 to_string());
   return static_cast<char*>(storage_->data()) + offset_bytes_;
 }
 

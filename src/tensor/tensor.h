@@ -18,7 +18,9 @@
 
 namespace vllm {
 
-enum class DeviceType : uint8_t { kCPU, kCUDA };
+// kMeta: shape and dtype only, no memory (like PyTorch's "meta" device) -- for building a
+// model's structure without its weights, e.g. to count parameters of a 397B config.
+enum class DeviceType : uint8_t { kCPU, kCUDA, kMeta };
 
 struct Device {
   DeviceType type = DeviceType::kCPU;
@@ -26,8 +28,10 @@ struct Device {
 
   static Device cpu() { return {DeviceType::kCPU, 0}; }
   static Device cuda(int index = 0) { return {DeviceType::kCUDA, index}; }
+  static Device meta() { return {DeviceType::kMeta, 0}; }
   bool is_cpu() const { return type == DeviceType::kCPU; }
   bool is_cuda() const { return type == DeviceType::kCUDA; }
+  bool is_meta() const { return type == DeviceType::kMeta; }
   bool operator==(const Device&) const = default;
   std::string to_string() const;
 };

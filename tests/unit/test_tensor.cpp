@@ -6,9 +6,9 @@ namespace vllm {
 namespace {
 
 TEST(DType, NamesRoundTrip) {
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kF8E5M2,
-                  DType::kF64, DType::kI64, DType::kI32, DType::kI16, DType::kI8, DType::kU8,
-                  DType::kBool}) {
+  for (DType d :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3, DType::kF8E5M2, DType::kF64,
+        DType::kI64, DType::kI32, DType::kI16, DType::kI8, DType::kU8, DType::kBool}) {
     auto parsed = dtype_from_name(dtype_name(d));
     ASSERT_TRUE(parsed.has_value());
     EXPECT_EQ(*parsed, d);

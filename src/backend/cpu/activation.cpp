@@ -1,0 +1,40 @@
+// Gated activations of the MLP: vLLM's silu_and_mul (SwiGLU) over [gate | up] rows.
+#include <cmath>
+
+#include "backend/cpu/common.h"
+#include "backend/cpu/ops.h"
+#include "base/thread_pool.h"
+
+namespace vllm::cpu {
+
+Status silu_and_mul(const Tensor& x, Tensor& out) {
+  constexpr std::string_view kOp = "silu_and_mul";
+  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "x", x, {DType::kF32}, 2));
+  if (x.size(1) % 2 != 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "silu_and_mul: x has shape {}, expected [num_tokens, 2 * intermediate_size] "
+                      "(an even last dim: gate | up)",
+                      shape_to_string(x.shape()));
+  }
+  const int64_t inter = x.size(1) / 2;
+  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "out", out, {DType::kF32}, 2));
+  VLLM_RETURN_IF_ERROR(
+      detail::check_shape(kOp, "out", out, {x.size(0), inter}, "([num_tokens, x.size(1) / 2])"));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows x_rows, detail::as_rows(kOp, "x", x));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
+  if (x_rows.rows == 0 || inter == 0) return Status::ok();
+  parallel_for(0, x_rows.rows, detail::grain_for(inter * 8), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* gate = x_rows.row<float>(t);
+      const float* up = gate + inter;
+      float* o = out_rows.row<float>(t);
+      for (int64_t i = 0; i < inter; ++i) {
+        float g = gate[i];
+        o[i] = (g / (1.0f + std::exp(-g))) * up[i];
+      }
+    }
+  });
+  return Status::ok();
+}
+
+}  // namespace vllm::cpu

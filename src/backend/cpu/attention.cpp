@@ -1,0 +1,186 @@
+#include "backend/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/thread_pool.h"
+
+namespace vllm::cpu {
+namespace {
+
+struct CacheDims {
+  int64_t num_blocks, block_size, kv_heads, head_dim;
+};
+
+Expected<CacheDims> cache_dims(const Tensor& kv_cache) {
+  if (!kv_cache.defined() || kv_cache.dtype() != DType::kF32 || kv_cache.ndim() != 5 ||
+      kv_cache.size(1) != 2 || !kv_cache.is_contiguous() || !kv_cache.device().is_cpu()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "kv_cache must be a contiguous CPU F32 [num_blocks, 2, block_size, "
+                      "kv_heads, head_dim] tensor, got {}",
+                      kv_cache.to_string());
+  }
+  return CacheDims{kv_cache.size(0), kv_cache.size(2), kv_cache.size(3), kv_cache.size(4)};
+}
+
+// Accepts [T, H, D] or [T, H * D] contiguous F32 and checks H * D.
+Status check_rows(const Tensor& t, const char* name, int64_t heads, int64_t head_dim) {
+  const bool ok = t.defined() && t.dtype() == DType::kF32 && t.is_contiguous() &&
+                  t.device().is_cpu() &&
+                  ((t.ndim() == 3 && t.size(1) == heads && t.size(2) == head_dim) ||
+                   (t.ndim() == 2 && t.size(1) == heads * head_dim));
+  if (!ok) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{} must be contiguous CPU F32 [T, {}, {}] or [T, {}], got {}", name, heads,
+                      head_dim, heads * head_dim, t.to_string());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& kv_cache,
+                         const Tensor& slot_mapping) {
+  VLLM_ASSIGN_OR_RETURN(CacheDims dims, cache_dims(kv_cache));
+  VLLM_RETURN_IF_ERROR(check_rows(key, "key", dims.kv_heads, dims.head_dim));
+  VLLM_RETURN_IF_ERROR(check_rows(value, "value", dims.kv_heads, dims.head_dim));
+  const int64_t tokens = key.size(0);
+  if (value.size(0) != tokens || slot_mapping.dtype() != DType::kI64 || slot_mapping.ndim() != 1 ||
+      slot_mapping.size(0) != tokens) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "reshape_and_cache: key {} / value {} / slot_mapping {} disagree on tokens "
+                      "(slot_mapping must be I64 [T])",
+                      key.to_string(), value.to_string(), slot_mapping.to_string());
+  }
+  const int64_t row = dims.kv_heads * dims.head_dim;
+  const int64_t num_slots = dims.num_blocks * dims.block_size;
+  const int64_t* slots = slot_mapping.data<int64_t>();
+  const float* k = key.data<float>();
+  const float* v = value.data<float>();
+  float* cache = kv_cache.data<float>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t slot = slots[t];
+    if (slot < 0) continue;
+    if (slot >= num_slots) {
+      return make_error(ErrorCode::kOutOfRange,
+                        "slot_mapping[{}] = {} is past the cache's {} slots", t, slot, num_slots);
+    }
+    const int64_t block = slot / dims.block_size;
+    const int64_t offset = slot % dims.block_size;
+    float* k_dst = cache + ((block * 2 + 0) * dims.block_size + offset) * row;
+    float* v_dst = cache + ((block * 2 + 1) * dims.block_size + offset) * row;
+    std::copy_n(k + t * row, row, k_dst);
+    std::copy_n(v + t * row, row, v_dst);
+  }
+  return Status::ok();
+}
+
+Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor& block_tables,
+                       const PagedAttentionParams& params, Tensor& out) {
+  VLLM_ASSIGN_OR_RETURN(CacheDims dims, cache_dims(kv_cache));
+  if (query.ndim() < 2 || query.dtype() != DType::kF32) {
+    return make_error(ErrorCode::kInvalidArgument, "query must be F32 [T, Hq, D], got {}",
+                      query.to_string());
+  }
+  const int64_t head_dim = dims.head_dim;
+  const int64_t q_heads = query.ndim() == 3 ? query.size(1) : query.size(1) / head_dim;
+  VLLM_RETURN_IF_ERROR(check_rows(query, "query", q_heads, head_dim));
+  VLLM_RETURN_IF_ERROR(check_rows(out, "out", q_heads, head_dim));
+  if (q_heads % dims.kv_heads != 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "query heads {} are not a multiple of kv heads {}", q_heads, dims.kv_heads);
+  }
+  const int64_t num_requests = static_cast<int64_t>(params.seq_lens.size());
+  const int64_t tokens = query.size(0);
+  if (static_cast<int64_t>(params.query_start_loc.size()) != num_requests + 1 ||
+      params.query_start_loc.front() != 0 || params.query_start_loc.back() != tokens ||
+      out.size(0) != tokens) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "query_start_loc must have {} entries from 0 to {} tokens", num_requests + 1,
+                      tokens);
+  }
+  if (block_tables.dtype() != DType::kI32 || block_tables.ndim() != 2 ||
+      block_tables.size(0) < num_requests || !block_tables.is_contiguous()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "block_tables must be contiguous I32 [R >= {}, max_blocks], got {}",
+                      num_requests, block_tables.to_string());
+  }
+  const int64_t max_blocks = block_tables.size(1);
+  for (int64_t r = 0; r < num_requests; ++r) {
+    const int64_t q_len = params.query_start_loc[r + 1] - params.query_start_loc[r];
+    const int64_t seq_len = params.seq_lens[r];
+    if (q_len < 0 || q_len > seq_len || seq_len > max_blocks * dims.block_size) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "request {}: {} queries for a context of {} (block table holds {} tokens)",
+                        r, q_len, seq_len, max_blocks * dims.block_size);
+    }
+  }
+
+  for (int64_t r = 0; r < num_requests; ++r) {
+    const int32_t* table = block_tables.data<int32_t>() + r * max_blocks;
+    for (int64_t b = 0; b < (params.seq_lens[r] + dims.block_size - 1) / dims.block_size; ++b) {
+      if (table[b] < 0 || table[b] >= dims.num_blocks) {
+        return make_error(ErrorCode::kOutOfRange, "block_tables[{}][{}] = {} is not a block id", r,
+                          b, table[b]);
+      }
+    }
+  }
+  // Each query row's request, so rows can be spread over threads independently.
+  std::vector<int32_t> row_request(static_cast<size_t>(tokens));
+  for (int64_t r = 0; r < num_requests; ++r) {
+    for (int64_t t = params.query_start_loc[r]; t < params.query_start_loc[r + 1]; ++t) {
+      row_request[static_cast<size_t>(t)] = static_cast<int32_t>(r);
+    }
+  }
+
+  const int64_t group = q_heads / dims.kv_heads;
+  const int64_t kv_row = dims.kv_heads * head_dim;
+  const int64_t block_size = dims.block_size;
+  const float* cache = kv_cache.data<float>();
+  const int32_t* tables = block_tables.data<int32_t>();
+  const float* q_all = query.data<float>();
+  float* out_all = out.data<float>();
+
+  parallel_for(0, tokens * q_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    std::vector<double> acc(static_cast<size_t>(head_dim));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / q_heads, h = item % q_heads;
+      const int64_t r = row_request[static_cast<size_t>(t)];
+      const int64_t q_len = params.query_start_loc[r + 1] - params.query_start_loc[r];
+      const int64_t position = params.seq_lens[r] - q_len + (t - params.query_start_loc[r]);
+      const int64_t ctx = position + 1;  // keys [0, position]
+      const int32_t* table = tables + r * max_blocks;
+      const float* q = q_all + item * head_dim;
+      const int64_t kv_offset = (h / group) * head_dim;
+      scores.resize(static_cast<size_t>(ctx));
+      float max_score = -INFINITY;
+      for (int64_t j = 0; j < ctx; ++j) {
+        const float* k =
+            cache + (table[j / block_size] * 2 * block_size + j % block_size) * kv_row + kv_offset;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * k[d];
+        scores[static_cast<size_t>(j)] = dot * params.scale;
+        max_score = std::max(max_score, scores[static_cast<size_t>(j)]);
+      }
+      double denom = 0.0;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < ctx; ++j) {
+        const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
+        denom += p;
+        const float* v = cache +
+                         ((table[j / block_size] * 2 + 1) * block_size + j % block_size) * kv_row +
+                         kv_offset;
+        for (int64_t d = 0; d < head_dim; ++d) acc[static_cast<size_t>(d)] += p * v[d];
+      }
+      float* o = out_all + item * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) {
+        o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
+      }
+    }
+  });
+  return Status::ok();
+}
+
+}  // namespace vllm::cpu

@@ -1,0 +1,134 @@
+// linear(): out = x @ weight^T (+ bias), torch.nn.Linear's layout.
+//
+// Work is split over output columns N across our thread pool; OpenBLAS is pinned to one
+// thread so the two pools don't oversubscribe the cores. M <= 8 (decode) takes the direct
+// kernel in linear_direct.cpp; larger M calls sgemm per column block, decoding BF16/F16
+// weight blocks into per-thread f32 scratch first.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "backend/cpu/common.h"
+#include "backend/cpu/linear_kernels.h"
+#include "backend/cpu/ops.h"
+#include "base/thread_pool.h"
+
+namespace vllm::cpu {
+namespace detail {
+namespace {
+
+// Weight rows decoded per sgemm call on the BF16/F16 path: 64 rows x K f32 of scratch.
+constexpr int64_t kBlasBlockN = 64;
+
+void add_bias(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  if (a.bias == nullptr) return;
+  for (int64_t m = 0; m < a.M; ++m) {
+    float* o = a.out + m * a.ldo;
+    for (int64_t n = n_begin; n < n_end; ++n) o[n] += load_f32(a.bias, a.bias_dtype, n);
+  }
+}
+
+void sgemm_block(const LinearArgs& a, const float* w, int64_t n0, int64_t rows) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(a.M),
+              static_cast<int>(rows), static_cast<int>(a.K), 1.0f, a.x, static_cast<int>(a.ldx), w,
+              static_cast<int>(a.K), 0.0f, a.out + n0, static_cast<int>(a.ldo));
+}
+
+}  // namespace
+
+void use_single_threaded_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+#if defined(OPENBLAS_VERSION)
+    openblas_set_num_threads(1);
+#endif
+  });
+}
+
+void linear_blas(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  if (a.w_dtype == DType::kF32) {
+    sgemm_block(a, static_cast<const float*>(a.w) + n_begin * a.K, n_begin, n_end - n_begin);
+  } else {
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(kBlasBlockN * a.K));
+    const size_t row_bytes = static_cast<size_t>(a.K) * dtype_size(a.w_dtype);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlasBlockN) {
+      const int64_t rows = std::min(kBlasBlockN, n_end - n0);
+      const char* src = static_cast<const char*>(a.w) + static_cast<size_t>(n0) * row_bytes;
+      decode_to_f32(src, a.w_dtype, rows * a.K, scratch.data());
+      sgemm_block(a, scratch.data(), n0, rows);
+    }
+  }
+  add_bias(a, n_begin, n_end);
+}
+
+}  // namespace detail
+
+Status linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
+  constexpr std::string_view kOp = "linear";
+  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "x", x, {DType::kF32}, 2));
+  VLLM_RETURN_IF_ERROR(detail::check_weight(kOp, "weight", weight));
+  VLLM_RETURN_IF_ERROR(detail::check_ndim(kOp, "weight", weight, 2));
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  if (weight.size(1) != K) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "linear: weight has shape {}, expected [out_features, {}] (in_features = "
+                      "the last dim of x {})",
+                      shape_to_string(weight.shape()), K, shape_to_string(x.shape()));
+  }
+  if (bias.defined()) {
+    VLLM_RETURN_IF_ERROR(detail::check_weight(kOp, "bias", bias));
+    VLLM_RETURN_IF_ERROR(detail::check_shape(kOp, "bias", bias, {N}, "([out_features])"));
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "out", out, {DType::kF32}, 2));
+  VLLM_RETURN_IF_ERROR(
+      detail::check_shape(kOp, "out", out, {M, N}, "([x.size(0), weight.size(0)])"));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows x_rows, detail::as_rows(kOp, "x", x));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
+  constexpr int64_t kIntMax = 0x7fffffff;  // BLAS takes int sizes
+  if (M > kIntMax || N > kIntMax || K > kIntMax || x_rows.row_stride > kIntMax ||
+      out_rows.row_stride > kIntMax) {
+    return make_error(ErrorCode::kOutOfRange,
+                      "linear: x {} / weight {} is too large for 32-bit BLAS sizes",
+                      shape_to_string(x.shape()), shape_to_string(weight.shape()));
+  }
+  if (M == 0 || N == 0) return Status::ok();
+
+  detail::LinearArgs args;
+  args.x = x_rows.row<float>(0);
+  args.ldx = M == 1 ? std::max<int64_t>(K, 1) : x_rows.row_stride;  // one row: any stride
+  args.w = K > 0 ? weight.data_ptr() : nullptr;
+  args.w_dtype = weight.dtype();
+  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  args.bias_dtype = bias.defined() ? bias.dtype() : DType::kF32;
+  args.out = out_rows.row<float>(0);
+  args.ldo = M == 1 ? N : out_rows.row_stride;
+  args.M = M;
+  args.N = N;
+  args.K = K;
+
+  if (K == 0) {  // empty sum: out = bias (or 0)
+    for (int64_t m = 0; m < M; ++m) {
+      float* o = args.out + m * args.ldo;
+      for (int64_t n = 0; n < N; ++n) {
+        o[n] = args.bias ? detail::load_f32(args.bias, args.bias_dtype, n) : 0.0f;
+      }
+    }
+    return Status::ok();
+  }
+
+  if (M <= detail::kDirectMaxM) {
+    // ~64K multiply-adds per chunk at least, in whole 4-row tiles.
+    int64_t grain = std::max<int64_t>(4, (65536 / (M * K) + 3) / 4 * 4);
+    parallel_for(0, N, grain, [&](int64_t b, int64_t e) { detail::linear_direct(args, b, e); });
+  } else {
+    detail::use_single_threaded_blas();
+    parallel_for(0, N, 64, [&](int64_t b, int64_t e) { detail::linear_blas(args, b, e); });
+  }
+  return Status::ok();
+}
+
+}  // namespace vllm::cpu

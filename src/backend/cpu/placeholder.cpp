@@ -1,1 +1,0 @@
-int vllm_cpu_placeholder;

@@ -1,0 +1,158 @@
+// ThreadPool: chunks are claimed from an atomic counter, so work is balanced dynamically and
+// the caller alone can finish its job if every worker is busy. A job lives on its caller's
+// stack; `users` (workers currently holding it) and `completed` are guarded by the mutex, and
+// the caller returns only after it has taken the job out of the queue and both say it is done.
+#include "base/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+
+#include "base/logging.h"
+
+namespace vllm {
+namespace {
+
+// More chunks than threads lets fast threads take over work from slow ones (other processes
+// share the cores) without making chunks so small that per-chunk overhead shows.
+constexpr int64_t kChunksPerThread = 4;
+
+thread_local int t_parallel_depth = 0;
+
+struct DepthGuard {
+  DepthGuard() { ++t_parallel_depth; }
+  ~DepthGuard() { --t_parallel_depth; }
+};
+
+}  // namespace
+
+struct ThreadPool::Job {
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t begin = 0;
+  int64_t base_size = 0;  // every chunk has base_size indices, the first `extra` one more
+  int64_t extra = 0;
+  int64_t num_chunks = 0;
+  std::atomic<int64_t> next{0};
+  int64_t completed = 0;  // guarded by mutex_
+  int users = 0;          // guarded by mutex_
+
+  bool exhausted() const { return next.load(std::memory_order_relaxed) >= num_chunks; }
+};
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  workers_.reserve(static_cast<size_t>(num_threads_ - 1));
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+}
+
+bool ThreadPool::in_parallel_region() {
+  return t_parallel_depth > 0;
+}
+
+int64_t ThreadPool::run_chunks(Job& job) {
+  DepthGuard guard;
+  int64_t ran = 0;
+  for (;;) {
+    int64_t chunk = job.next.fetch_add(1, std::memory_order_relaxed);
+    if (chunk >= job.num_chunks) break;
+    int64_t start = job.begin + chunk * job.base_size + std::min(chunk, job.extra);
+    int64_t size = job.base_size + (chunk < job.extra ? 1 : 0);
+    (*job.fn)(start, start + size);
+    ++ran;
+  }
+  return ran;
+}
+
+void ThreadPool::worker_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    work_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stop_ and nothing left
+    Job* job = jobs_.front();
+    if (job->exhausted()) {
+      jobs_.pop_front();
+      continue;
+    }
+    ++job->users;
+    lock.unlock();
+    int64_t ran = run_chunks(*job);
+    lock.lock();
+    if (!jobs_.empty() && jobs_.front() == job) jobs_.pop_front();  // exhausted by now
+    job->completed += ran;
+    --job->users;
+    if (job->users == 0 && job->completed == job->num_chunks) done_cv_.notify_all();
+    // `job` may be gone once the lock is released.
+  }
+}
+
+void ThreadPool::parallel_for(int64_t begin, int64_t end, int64_t grain,
+                              const std::function<void(int64_t, int64_t)>& fn) {
+  if (end <= begin) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t n = end - begin;
+  if (n <= grain || num_threads_ == 1 || t_parallel_depth > 0) {
+    fn(begin, end);
+    return;
+  }
+
+  Job job;
+  job.fn = &fn;
+  job.begin = begin;
+  job.num_chunks = std::min<int64_t>(n / grain, num_threads_ * kChunksPerThread);
+  job.base_size = n / job.num_chunks;
+  job.extra = n % job.num_chunks;
+
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(&job);
+  }
+  int64_t wake = std::min<int64_t>(job.num_chunks - 1, static_cast<int64_t>(workers_.size()));
+  for (int64_t i = 0; i < wake; ++i) work_cv_.notify_one();
+
+  int64_t ran = run_chunks(job);
+
+  std::unique_lock<std::mutex> lock(mutex_);
+  job.completed += ran;
+  auto it = std::find(jobs_.begin(), jobs_.end(), &job);
+  if (it != jobs_.end()) jobs_.erase(it);
+  done_cv_.wait(lock, [&] { return job.users == 0 && job.completed == job.num_chunks; });
+}
+
+int default_num_threads() {
+  if (const char* env = std::getenv("VLLM_CPU_THREADS"); env != nullptr && *env != '\0') {
+    char* parse_end = nullptr;
+    errno = 0;
+    long value = std::strtol(env, &parse_end, 10);
+    if (errno == 0 && *parse_end == '\0' && value >= 1 && value <= 4096) {
+      return static_cast<int>(value);
+    }
+    VLLM_LOG_WARNING(
+        "VLLM_CPU_THREADS='{}' is not a thread count in [1, 4096]; using the {} "
+        "hardware threads instead",
+        env, std::max(1u, std::thread::hardware_concurrency()));
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+ThreadPool& default_thread_pool() {
+  // Leaked on purpose: workers stay parked until exit, and no static destructor can find
+  // the pool already gone.
+  static ThreadPool* pool = new ThreadPool(default_num_threads());
+  return *pool;
+}
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                  const std::function<void(int64_t, int64_t)>& fn) {
+  default_thread_pool().parallel_for(begin, end, grain, fn);
+}
+
+}  // namespace vllm

@@ -1,0 +1,15 @@
+// Subcommands of the `vllm` binary. Each registers its flags on the app and runs when chosen;
+// the returned int is the process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace vllm::cli {
+
+using Runner = std::function<int()>;
+
+// `vllm generate`: offline generation on the CPU backend.
+Runner add_generate_command(CLI::App& app);
+
+}  // namespace vllm::cli

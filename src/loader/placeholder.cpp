@@ -1,1 +1,0 @@
-int vllm_loader_placeholder;

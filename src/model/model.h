@@ -1,0 +1,59 @@
+// The model interface the engine calls, and the loader that picks an implementation from a
+// Hugging Face folder's config.json ("architectures").
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "loader/hf_config.h"
+#include "model/forward_batch.h"
+#include "tensor/tensor.h"
+
+namespace vllm {
+
+struct CacheConfig {
+  int64_t num_blocks = 0;
+  int64_t block_size = 16;
+  int64_t num_state_slots = 0;  // GDN state slots (hybrid models)
+};
+
+// Everything a model keeps between steps: per attention layer a KV cache
+// [num_blocks, 2, block_size, kv_heads, head_dim]; hybrid models (Qwen3.5 / Qwen3-Next) keep
+// it for their full-attention layers only, in layer order, and per linear-attention (GDN)
+// layer, in layer order, a conv and a recurrent state per state slot:
+//   conv_state F32 [num_state_slots, conv_dim, conv_kernel - 1] (the last inputs, oldest first)
+//   ssm_state  F32 [num_state_slots, value_heads, key_head_dim, value_head_dim]
+// A request's slot is ForwardBatch::state_indices[r]; see forward_batch.h for when it is reset.
+struct ModelCache {
+  CacheConfig config;
+  std::vector<Tensor> kv;
+  std::vector<Tensor> conv_state;
+  std::vector<Tensor> ssm_state;
+};
+
+struct LoadOptions {
+  int64_t max_model_len = 0;  // 0: the config's max_position_embeddings
+  // vLLM's --load-format: "auto" / "safetensors" read the checkpoint; "dummy" makes up
+  // random weights of the config's real shapes (config.json is all the folder needs).
+  std::string load_format = "auto";
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  // Allocates zeroed caches of this model's shapes.
+  virtual Expected<ModelCache> create_cache(const CacheConfig& config) const = 0;
+  // Logits F32 [batch.logits_indices.size(), vocab_size].
+  virtual Expected<Tensor> forward(const ForwardBatch& batch, ModelCache& cache) = 0;
+};
+
+Expected<std::unique_ptr<Model>> load_model(const std::filesystem::path& model_dir,
+                                            const LoadOptions& options);
+
+}  // namespace vllm

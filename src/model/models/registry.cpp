@@ -1,0 +1,55 @@
+#include "model/models/registry.h"
+
+#include <fmt/format.h>
+
+namespace vllm {
+
+const ModelRegistry& model_registry() {
+  static const ModelRegistry registry = [] {
+    ModelRegistry r;
+    register_llama_models(r);
+    register_qwen3_5_models(r);
+    register_qwen3_next_models(r);
+    return r;
+  }();
+  return registry;
+}
+
+Expected<std::unique_ptr<Model>> create_model(const ModelConfig& config, WeightSource& weights,
+                                              const LoadOptions& options) {
+  const ModelRegistry& registry = model_registry();
+  for (const std::string& arch : config.architectures) {
+    if (ModelFactory factory = registry.find(arch)) return factory(config, weights, options);
+  }
+  return make_error(ErrorCode::kUnsupported,
+                    "model architectures [{}] are not supported (supported: {})",
+                    fmt::join(config.architectures, ", "), fmt::join(registry.names(), ", "));
+}
+
+Expected<std::unique_ptr<Model>> load_model(const std::filesystem::path& model_dir,
+                                            const LoadOptions& options) {
+  VLLM_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(model_dir));
+  auto build = [&]() -> Expected<std::unique_ptr<Model>> {
+    if (options.load_format == "dummy") {
+      // The checkpoint's own 16-bit dtype where config.json names one, else f32.
+      const DType dtype = config.dtype == "bfloat16"  ? DType::kBF16
+                          : config.dtype == "float16" ? DType::kF16
+                                                      : DType::kF32;
+      DummyWeights weights(dtype, Device::cpu());
+      return create_model(config, weights, options);
+    }
+    if (options.load_format == "auto" || options.load_format == "safetensors") {
+      VLLM_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::open(model_dir));
+      CheckpointWeights weights(std::move(checkpoint));
+      return create_model(config, weights, options);
+    }
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--load-format '{}' is not supported (auto, safetensors, dummy)",
+                      options.load_format);
+  };
+  auto model = build();
+  if (!model) return model.status().with_context(model_dir.string());
+  return model;
+}
+
+}  // namespace vllm
