@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
+bash scripts/fetch_tokenizers.sh
 jobs=${VLLM_JOBS:-2}
 fuzz_seconds=${FUZZ_SECONDS:-20}
 started=$(date +%s)
