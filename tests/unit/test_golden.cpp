@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <numeric>
@@ -43,6 +44,8 @@ TEST_P(GoldenTest, MatchesTransformers) {
   const int64_t vocab = (*model)->config().vocab_size;
 
   int prompts = 0;
+  double worst_prefill = 0, worst_decode = 0;
+  int64_t compared_steps = 0;
   for (int p = 0; reference->contains("prompt." + std::to_string(p) + ".token_ids"); ++p) {
     ++prompts;
     const std::string key = "prompt." + std::to_string(p) + ".";
@@ -70,6 +73,7 @@ TEST_P(GoldenTest, MatchesTransformers) {
       const double err = testing::rel_l2(logits.data<float>() + i * vocab,
                                          ref_logits.data<float>() + i * vocab, vocab);
       ASSERT_LE(err, kLogitsTolerance) << GetParam() << " prompt " << p << " position " << i;
+      worst_prefill = std::max(worst_prefill, err);
     }
 
     // Greedy decode from our own choices.
@@ -78,6 +82,7 @@ TEST_P(GoldenTest, MatchesTransformers) {
       const int64_t want = ref_greedy.data<int64_t>()[s];
       if (ref_margins.data<float>()[s] < kMarginFloor) break;  // a near-tie: stop comparing
       ASSERT_EQ(next, want) << GetParam() << " prompt " << p << " greedy step " << s;
+      ++compared_steps;
       if (s + 1 == steps) break;
       seq.tokens.push_back(next);
       Tensor step_logits = testing::step(**model, *cache, {{&seq, 1}});
@@ -86,10 +91,15 @@ TEST_P(GoldenTest, MatchesTransformers) {
       const double err = testing::rel_l2(step_logits.data<float>(),
                                          ref_greedy_logits.data<float>() + (s + 1) * vocab, vocab);
       ASSERT_LE(err, kLogitsTolerance) << GetParam() << " prompt " << p << " decode step " << s + 1;
+      worst_decode = std::max(worst_decode, err);
       next = argmax(step_logits.data<float>(), vocab);
     }
   }
   EXPECT_GE(prompts, 3);
+  std::printf("%-14s %d prompts: worst prefill rel L2 %.2e, worst decode rel L2 %.2e, %lld greedy "
+              "tokens equal\n",
+              GetParam().c_str(), prompts, worst_prefill, worst_decode,
+              static_cast<long long>(compared_steps));
 }
 
 // The reference prompts plus one more, so there are five requests of different lengths.
