@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-14-dev            # libFuzzer and sanitizer runtimes
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libopenblas-dev
+  nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libicu-dev libopenblas-dev
   libcli11-dev libfmt-dev libspdlog-dev libxxhash-dev
 )
 

@@ -1,162 +1,285 @@
-// `vllm generate`: greedy generation from token ids on the CPU backend.
+// `vllm generate`: offline batch generation, as vLLM's LLM.generate() driven from the shell.
 //
-// Until the engine (scheduler, KV cache manager, sampler) lands, this runs each prompt alone:
-// one prefill step over the whole prompt, then one decode step per token, with the request's
-// KV blocks laid out as 0, 1, 2, ... in a cache sized for prompt + max_tokens.
+// Prompts come from --prompt TEXT, --prompt-ids 5,17,42 (both repeatable) or --input
+// FILE.jsonl (one {"prompt": "..."} or {"prompt_token_ids": [...]} per line). All prompts go
+// into one engine together: continuous batching, chunked prefill, prefix caching and
+// preemption as `vllm serve` would run them. Sampling defaults are vLLM's, overridden by the
+// model's generation_config.json, overridden by the flags.
 #include <fmt/format.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/logging.h"
 #include "cli/commands.h"
-#include "model/model.h"
+#include "engine/engine_core.h"
+#include "engine/output_processor.h"
+#include "loader/hf_config.h"
+#include "tokenizer/tokenizer.h"
 
 namespace vllm::cli {
 namespace {
 
 struct GenerateArgs {
   std::string model;
+  std::vector<std::string> prompts;
   std::vector<std::string> prompt_ids;
-  int64_t max_tokens = 16;
-  int64_t max_model_len = 0;
+  std::string input;
   std::string load_format = "auto";
-  int64_t block_size = 16;
-  bool ignore_eos = false;
   bool json = false;
+  // Sampling (unset: generation_config.json, then vLLM's default).
+  std::optional<double> temperature, top_p, min_p, presence_penalty, frequency_penalty,
+      repetition_penalty;
+  std::optional<int32_t> top_k, max_tokens, min_tokens, n, logprobs, prompt_logprobs;
+  std::optional<int64_t> seed;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  // Engine.
+  engine::EngineConfig engine;
+  std::optional<int32_t> num_gpu_blocks_override;
+  int64_t max_model_len = 0;
+  bool enable_prefix_caching = true;
 };
 
-Expected<std::vector<int64_t>> parse_ids(const std::string& text) {
-  std::vector<int64_t> ids;
+Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
   size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    std::string item =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                           : comma - start);
     char* end = nullptr;
-    long long value = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || end == item.c_str() || *end != '\0' || value < 0) {
+    const long long value = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || end == item.c_str() || *end != '\0' || value < 0 || value > INT32_MAX) {
       return make_error(ErrorCode::kInvalidArgument,
                         "--prompt-ids '{}': '{}' is not a non-negative integer", text, item);
     }
-    ids.push_back(value);
-    if (comma == std::string::npos) break;
+    ids.push_back(static_cast<int32_t>(value));
+    if (comma == std::string::npos) return ids;
     start = comma + 1;
   }
-  return ids;
 }
 
-int64_t argmax(const float* row, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (row[i] > row[best]) best = i;
-  }
-  return best;
-}
-
-Tensor i64_tensor(const std::vector<int64_t>& values) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::kI64);
-  std::copy(values.begin(), values.end(), t.data<int64_t>());
-  return t;
-}
-
-struct Generation {
-  std::vector<int64_t> token_ids;
-  std::string finish_reason;
+struct Prompt {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
 };
 
-Expected<Generation> generate_one(Model& model, const std::vector<int64_t>& prompt,
-                                  const GenerateArgs& args, int64_t max_model_len) {
-  const ModelConfig& config = model.config();
-  const int64_t total = static_cast<int64_t>(prompt.size()) + args.max_tokens;
-  if (total > max_model_len) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "prompt of {} tokens + max_tokens {} exceeds max_model_len {}", prompt.size(),
-                      args.max_tokens, max_model_len);
-  }
-  CacheConfig cache_config;
-  cache_config.block_size = args.block_size;
-  cache_config.num_blocks = (total + args.block_size - 1) / args.block_size;
-  cache_config.num_state_slots = 1;  // hybrid models: one GDN state slot for this request
-  VLLM_ASSIGN_OR_RETURN(ModelCache cache, model.create_cache(cache_config));
-  Tensor block_table = Tensor::empty({1, cache_config.num_blocks}, DType::kI32);
-  std::iota(block_table.data<int32_t>(), block_table.data<int32_t>() + cache_config.num_blocks, 0);
-
-  Generation out;
-  std::vector<int64_t> step_tokens = prompt;
-  int64_t computed = 0;  // tokens already in the cache
-  while (static_cast<int64_t>(out.token_ids.size()) < args.max_tokens) {
-    const int64_t n = static_cast<int64_t>(step_tokens.size());
-    std::vector<int64_t> positions(static_cast<size_t>(n));
-    std::iota(positions.begin(), positions.end(), computed);
-    ForwardBatch batch;
-    batch.token_ids = i64_tensor(step_tokens);
-    batch.positions = i64_tensor(positions);
-    batch.slot_mapping = i64_tensor(positions);  // blocks 0, 1, 2, ... => slot == position
-    batch.block_tables = block_table;
-    batch.query_start_loc = {0, static_cast<int32_t>(n)};
-    batch.seq_lens = {static_cast<int32_t>(computed + n)};
-    batch.state_indices = {0};
-    batch.logits_indices = {n - 1};
-    VLLM_ASSIGN_OR_RETURN(Tensor logits, model.forward(batch, cache));
-    computed += n;
-    const int64_t next = argmax(logits.data<float>(), config.vocab_size);
-    out.token_ids.push_back(next);
-    const auto& eos = config.eos_token_ids;
-    if (!args.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
-      out.finish_reason = "stop";
-      return out;
+Expected<std::vector<Prompt>> collect_prompts(const GenerateArgs& args, const Tokenizer* tokenizer) {
+  std::vector<Prompt> prompts;
+  auto add_text = [&](const std::string& text) -> Status {
+    if (tokenizer == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "text prompts need a tokenizer, and {} has no tokenizer.json (use "
+                        "--prompt-ids)",
+                        args.model);
     }
-    step_tokens = {next};
+    VLLM_ASSIGN_OR_RETURN(auto ids, tokenizer->encode(text, /*add_special_tokens=*/true));
+    prompts.push_back({text, std::move(ids)});
+    return Status::ok();
+  };
+  for (const std::string& text : args.prompts) VLLM_RETURN_IF_ERROR(add_text(text));
+  for (const std::string& ids : args.prompt_ids) {
+    VLLM_ASSIGN_OR_RETURN(auto parsed, parse_ids(ids));
+    prompts.push_back({std::nullopt, std::move(parsed)});
   }
-  out.finish_reason = "length";
+  if (!args.input.empty()) {
+    std::ifstream in(args.input);
+    if (!in) return make_error(ErrorCode::kNotFound, "--input {}: cannot open", args.input);
+    std::string line;
+    for (int number = 1; std::getline(in, line); ++number) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) {
+        return make_error(ErrorCode::kInvalidArgument, "{}:{}: not a JSON object", args.input, number);
+      }
+      if (j.contains("prompt") && j["prompt"].is_string()) {
+        Status s = add_text(j["prompt"].get<std::string>());
+        if (!s.is_ok()) return s.with_context(fmt::format("{}:{}", args.input, number));
+      } else if (j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array()) {
+        Prompt p;
+        for (const auto& id : j["prompt_token_ids"]) {
+          if (!id.is_number_integer()) {
+            return make_error(ErrorCode::kInvalidArgument,
+                              "{}:{}: prompt_token_ids must hold integers", args.input, number);
+          }
+          p.ids.push_back(id.get<int32_t>());
+        }
+        prompts.push_back(std::move(p));
+      } else {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "{}:{}: needs \"prompt\" (string) or \"prompt_token_ids\" (array)",
+                          args.input, number);
+      }
+    }
+  }
+  if (prompts.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "no prompts: give --prompt, --prompt-ids or --input");
+  }
+  return prompts;
+}
+
+SamplingParams sampling_params(const GenerateArgs& args, const GenerationConfig& generation) {
+  SamplingParams p;
+  // The model's generation_config.json first (vLLM's --generation-config auto) ...
+  if (generation.temperature) p.temperature = *generation.temperature;
+  if (generation.top_p) p.top_p = *generation.top_p;
+  if (generation.top_k) p.top_k = static_cast<int32_t>(*generation.top_k);
+  if (generation.min_p) p.min_p = *generation.min_p;
+  if (generation.repetition_penalty) p.repetition_penalty = *generation.repetition_penalty;
+  // ... then the flags.
+  if (args.temperature) p.temperature = *args.temperature;
+  if (args.top_p) p.top_p = *args.top_p;
+  if (args.top_k) p.top_k = *args.top_k;
+  if (args.min_p) p.min_p = *args.min_p;
+  if (args.presence_penalty) p.presence_penalty = *args.presence_penalty;
+  if (args.frequency_penalty) p.frequency_penalty = *args.frequency_penalty;
+  if (args.repetition_penalty) p.repetition_penalty = *args.repetition_penalty;
+  if (args.max_tokens) p.max_tokens = *args.max_tokens;
+  if (args.min_tokens) p.min_tokens = *args.min_tokens;
+  if (args.n) p.n = *args.n;
+  if (args.seed) p.seed = *args.seed;
+  p.logprobs = args.logprobs;
+  p.prompt_logprobs = args.prompt_logprobs;
+  p.stop = args.stop;
+  p.stop_token_ids = args.stop_token_ids;
+  p.ignore_eos = args.ignore_eos;
+  p.include_stop_str_in_output = args.include_stop_str_in_output;
+  p.skip_special_tokens = args.skip_special_tokens;
+  return p;
+}
+
+nlohmann::json logprobs_json(const std::vector<TokenLogprobs>& steps, bool with_top) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TokenLogprobs& t : steps) {
+    if (!with_top) {
+      out.push_back(t.logprob);
+      continue;
+    }
+    nlohmann::json top = nlohmann::json::array();
+    for (size_t i = 0; i < t.top_token_ids.size(); ++i) {
+      top.push_back({{"token_id", t.top_token_ids[i]}, {"logprob", t.top_logprobs[i]}, {"rank", i + 1}});
+    }
+    out.push_back({{"token_id", t.token_id}, {"logprob", t.logprob}, {"rank", t.rank}, {"top", top}});
+  }
   return out;
 }
 
-int run_generate(const GenerateArgs& args) {
-  LoadOptions options;
-  options.max_model_len = args.max_model_len;
-  options.load_format = args.load_format;
-  auto model = load_model(args.model, options);
+nlohmann::json completion_json(const engine::CompletionOutput& c, bool with_top) {
+  nlohmann::json j = {{"token_ids", c.token_ids},
+                      {"text", c.text},
+                      {"logprobs", logprobs_json(c.logprobs, with_top)},
+                      {"finish_reason", c.finish_reason}};
+  if (c.stop_string) j["stop_reason"] = *c.stop_string;
+  else if (c.stop_token) j["stop_reason"] = *c.stop_token;
+  else j["stop_reason"] = nullptr;
+  return j;
+}
+
+int run_generate(GenerateArgs& args) {
+  LoadOptions load;
+  load.max_model_len = args.max_model_len;
+  load.load_format = args.load_format;
+  auto model = load_model(args.model, load);
   if (!model) {
     VLLM_LOG_ERROR("cannot load model: {}", model.status().to_string());
     return 1;
   }
-  const int64_t max_model_len =
-      args.max_model_len > 0 ? args.max_model_len : (*model)->config().max_position_embeddings;
-  for (const std::string& text : args.prompt_ids) {
-    auto prompt = parse_ids(text);
-    if (!prompt) {
-      VLLM_LOG_ERROR("{}", prompt.status().message());
+  auto generation = load_generation_config(args.model);
+  if (!generation) {
+    VLLM_LOG_ERROR("{}", generation.status().to_string());
+    return 1;
+  }
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (std::filesystem::exists(std::filesystem::path(args.model) / "tokenizer.json")) {
+    auto loaded = Tokenizer::from_file(std::filesystem::path(args.model) / "tokenizer.json");
+    if (!loaded) {
+      VLLM_LOG_ERROR("{}", loaded.status().to_string());
+      return 1;
+    }
+    tokenizer = std::make_unique<Tokenizer>(std::move(*loaded));
+  }
+  auto prompts = collect_prompts(args, tokenizer.get());
+  if (!prompts) {
+    VLLM_LOG_ERROR("{}", prompts.status().message());
+    return 2;
+  }
+  std::vector<int32_t> eos;
+  for (int64_t id : (*model)->config().eos_token_ids) eos.push_back(static_cast<int32_t>(id));
+  for (int64_t id : generation->eos_token_ids) eos.push_back(static_cast<int32_t>(id));
+  args.engine.scheduler.max_model_len = args.max_model_len;
+  args.engine.num_gpu_blocks_override = args.num_gpu_blocks_override;
+  args.engine.enable_prefix_caching = args.enable_prefix_caching;
+  if (args.seed) args.engine.seed = static_cast<uint64_t>(*args.seed);
+  auto core = engine::EngineCore::create(std::move(*model), args.engine, eos);
+  if (!core) {
+    VLLM_LOG_ERROR("cannot start the engine: {}", core.status().to_string());
+    return 1;
+  }
+  engine::OutputProcessor processor(tokenizer.get());
+  const SamplingParams params = sampling_params(args, *generation);
+  std::map<std::string, size_t> order;  // request id -> prompt index
+  for (size_t i = 0; i < prompts->size(); ++i) {
+    const std::string id = std::to_string(i);
+    auto children = processor.add_request(id, (*prompts)[i].ids, params);
+    if (!children) {
+      VLLM_LOG_ERROR("prompt {}: {}", i, children.status().message());
       return 2;
     }
-    for (int64_t id : *prompt) {
-      if (id >= (*model)->config().vocab_size) {
-        VLLM_LOG_ERROR("--prompt-ids: token id {} is outside the vocabulary of {}", id,
-                       (*model)->config().vocab_size);
+    for (const auto& child : *children) {
+      Status s = (*core)->add_request(child.request_id, (*prompts)[i].ids, child.params);
+      if (!s.is_ok()) {
+        VLLM_LOG_ERROR("prompt {}: {}", i, s.message());
         return 2;
       }
     }
-    auto result = generate_one(**model, *prompt, args, max_model_len);
-    if (!result) {
-      VLLM_LOG_ERROR("generation failed: {}", result.status().to_string());
+    order[id] = i;
+  }
+  std::vector<std::optional<engine::RequestOutput>> results(prompts->size());
+  while ((*core)->has_unfinished_requests() || processor.has_unfinished()) {
+    auto outputs = (*core)->step();
+    if (!outputs) {
+      VLLM_LOG_ERROR("generation failed: {}", outputs.status().to_string());
       return 1;
     }
+    std::vector<std::string> to_abort;
+    for (auto& r : processor.process(*outputs, &to_abort)) {
+      if (r.finished) results[order[r.request_id]] = std::move(r);
+    }
+    if (!to_abort.empty()) (*core)->abort_requests(to_abort);
+  }
+  const bool with_top = args.logprobs.value_or(0) != 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const engine::RequestOutput& r = *results[i];
     if (args.json) {
-      nlohmann::json line = {{"prompt_token_ids", *prompt},
-                             {"token_ids", result->token_ids},
-                             {"finish_reason", result->finish_reason}};
-      std::printf("%s\n", line.dump().c_str());
+      nlohmann::json line = completion_json(r.outputs[0], with_top);
+      if ((*prompts)[i].text) line["prompt"] = *(*prompts)[i].text;
+      line["prompt_token_ids"] = r.prompt_token_ids;
+      if (args.prompt_logprobs) line["prompt_logprobs"] = logprobs_json(r.prompt_logprobs, true);
+      if (r.outputs.size() > 1) {
+        line["outputs"] = nlohmann::json::array();
+        for (const auto& c : r.outputs) line["outputs"].push_back(completion_json(c, with_top));
+      }
+      std::printf("%s\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
-      std::printf("prompt: %s\noutput: %s\nfinish_reason: %s\n",
-                  fmt::format("{}", fmt::join(*prompt, ",")).c_str(),
-                  fmt::format("{}", fmt::join(result->token_ids, ",")).c_str(),
-                  result->finish_reason.c_str());
+      const std::string prompt = (*prompts)[i].text ? *(*prompts)[i].text
+                                                    : fmt::format("{}", fmt::join(r.prompt_token_ids, ","));
+      for (const auto& c : r.outputs) {
+        std::printf("Prompt: %s\nGenerated: %s\n", prompt.c_str(),
+                    tokenizer ? c.text.c_str() : fmt::format("{}", fmt::join(c.token_ids, ",")).c_str());
+        std::printf("(%zu tokens, finish_reason=%s)\n\n", c.token_ids.size(), c.finish_reason.c_str());
+      }
     }
   }
   return 0;
@@ -166,24 +289,43 @@ int run_generate(const GenerateArgs& args) {
 
 Runner add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate continuations of prompts (offline)");
-  cmd->add_option("--model", args->model, "Model directory (Hugging Face layout)")->required();
-  cmd->add_option("--prompt-ids", args->prompt_ids,
-                  "Prompt as comma-separated token ids, e.g. 5,17,42 (repeatable)")
-      ->required();
-  cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate per prompt")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--max-model-len", args->max_model_len,
-                  "Context length limit (default: the model's max_position_embeddings)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--load-format", args->load_format,
-                  "auto / safetensors: read the checkpoint; dummy: random weights of the "
-                  "config's shapes")
-      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
-  cmd->add_option("--block-size", args->block_size, "Tokens per KV cache block")
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the end-of-sequence token");
+  CLI::App* cmd = app.add_subcommand("generate", "Generate completions of prompts offline");
+  cmd->add_option("--model", args->model, "Model folder (Hugging Face layout)")->required();
+  cmd->add_option("--prompt", args->prompts, "A text prompt (repeatable)");
+  cmd->add_option("--prompt-ids", args->prompt_ids, "A prompt as token ids, e.g. 5,17,42 (repeatable)");
+  cmd->add_option("--input", args->input, "JSONL file: {\"prompt\": ...} or {\"prompt_token_ids\": [...]} per line");
   cmd->add_flag("--json", args->json, "One JSON object per prompt per line");
+  cmd->add_option("--load-format", args->load_format, "auto | safetensors | dummy (random weights)")
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  // Sampling, as vLLM's SamplingParams.
+  cmd->add_option("--temperature", args->temperature);
+  cmd->add_option("--top-p", args->top_p);
+  cmd->add_option("--top-k", args->top_k);
+  cmd->add_option("--min-p", args->min_p);
+  cmd->add_option("--presence-penalty", args->presence_penalty);
+  cmd->add_option("--frequency-penalty", args->frequency_penalty);
+  cmd->add_option("--repetition-penalty", args->repetition_penalty);
+  cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate (default 16)");
+  cmd->add_option("--min-tokens", args->min_tokens);
+  cmd->add_option("--n", args->n, "Completions per prompt");
+  cmd->add_option("--seed", args->seed, "Random seed (per request and engine)");
+  cmd->add_option("--stop", args->stop, "Stop string (repeatable)");
+  cmd->add_option("--stop-token-ids", args->stop_token_ids, "Stop token ids")->delimiter(',');
+  cmd->add_flag("--ignore-eos", args->ignore_eos);
+  cmd->add_flag("--include-stop-str-in-output", args->include_stop_str_in_output);
+  cmd->add_flag("!--no-skip-special-tokens", args->skip_special_tokens, "Keep special tokens in the text");
+  cmd->add_option("--logprobs", args->logprobs, "Top-N logprobs per generated token");
+  cmd->add_option("--prompt-logprobs", args->prompt_logprobs, "Top-N logprobs per prompt token");
+  // Engine, as `vllm serve`.
+  cmd->add_option("--max-num-seqs", args->engine.scheduler.max_num_seqs)->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-batched-tokens", args->engine.scheduler.max_num_batched_tokens)
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-model-len", args->max_model_len)->check(CLI::PositiveNumber);
+  cmd->add_option("--block-size", args->engine.block_size)->check(CLI::Range(1, 1024));
+  cmd->add_option("--num-gpu-blocks-override", args->num_gpu_blocks_override)->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-cache-memory-bytes", args->engine.kv_cache_memory_bytes, "KV cache budget (default 1 GiB)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args->enable_prefix_caching);
   return [args] { return run_generate(*args); };
 }
 

@@ -1,0 +1,138 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "base/logging.h"
+#include "engine/kv_cache_utils.h"
+
+namespace vllm::engine {
+
+Expected<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> model,
+                                                         const EngineConfig& config,
+                                                         std::vector<int32_t> eos_token_ids) {
+  std::unique_ptr<EngineCore> core(new EngineCore());
+  core->config_ = config;
+  core->eos_token_ids_ = std::move(eos_token_ids);
+  const ModelConfig& mc = model->config();
+  SchedulerConfig& sc = core->config_.scheduler;
+  if (sc.max_model_len <= 0) sc.max_model_len = mc.max_position_embeddings;
+  if (sc.max_model_len > mc.max_position_embeddings) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "max_model_len {} is larger than the model's max_position_embeddings {}",
+                      sc.max_model_len, mc.max_position_embeddings);
+  }
+
+  const auto attention_layers = static_cast<int32_t>(
+      std::count(mc.layer_types.begin(), mc.layer_types.end(), LayerType::kFullAttention));
+  const bool hybrid = mc.is_hybrid();
+  KVCacheSpec spec;
+  spec.block_size = config.block_size;
+  spec.num_kv_heads = static_cast<int32_t>(mc.num_key_value_heads);
+  spec.head_dim = static_cast<int32_t>(mc.head_dim);
+  spec.dtype_size = 4;  // the CPU backend keeps the cache in f32
+  spec.num_attention_layers = std::max(attention_layers, 1);
+  KVCacheSizingConfig sizing;
+  sizing.available_memory_bytes = config.kv_cache_memory_bytes;
+  sizing.num_gpu_blocks_override = config.num_gpu_blocks_override;
+  sizing.max_model_len = sc.max_model_len;
+  VLLM_ASSIGN_OR_RETURN(int32_t num_blocks, determine_num_gpu_blocks(spec, sizing));
+
+  const bool caching = config.enable_prefix_caching && !hybrid;
+  if (config.enable_prefix_caching && hybrid) {
+    VLLM_LOG_INFO("prefix caching is off for hybrid (Gated DeltaNet) models");
+  }
+  core->kv_ = std::make_unique<KVCacheManager>(num_blocks, config.block_size, caching,
+                                               sc.max_model_len);
+  if (hybrid) core->state_slots_ = std::make_unique<StateSlotPool>(sc.max_num_seqs);
+  CacheConfig cache_config;
+  cache_config.num_blocks = num_blocks;
+  cache_config.block_size = config.block_size;
+  cache_config.num_state_slots = hybrid ? sc.max_num_seqs : 0;
+  VLLM_ASSIGN_OR_RETURN(ModelCache cache, model->create_cache(cache_config));
+  core->model_ = std::move(model);
+  core->scheduler_ =
+      std::make_unique<Scheduler>(sc, core->kv_.get(), core->state_slots_.get());
+  core->runner_ = std::make_unique<ModelRunner>(core->model_.get(), std::move(cache), config.seed);
+  return core;
+}
+
+Status EngineCore::validate_request(const std::vector<int32_t>& prompt,
+                                    SamplingParams& params) const {
+  const ModelConfig& mc = model_->config();
+  const int64_t max_len = config_.scheduler.max_model_len;
+  if (prompt.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
+  if (static_cast<int64_t>(prompt.size()) >= max_len) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the prompt (length {}) is longer than the maximum model length of {}",
+                      prompt.size(), max_len);
+  }
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= mc.vocab_size) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "prompt token {} (at {}) is outside the vocabulary [0, {})", prompt[i], i,
+                        mc.vocab_size);
+    }
+  }
+  params.normalize();
+  VLLM_RETURN_IF_ERROR(params.validate(static_cast<int32_t>(mc.vocab_size)));
+  // A request the whole cache cannot hold would wait forever: refuse it now.
+  const auto prompt_len = static_cast<int64_t>(prompt.size());
+  const int64_t max_tokens = params.max_tokens.has_value() ? *params.max_tokens : max_len - prompt_len;
+  const int64_t needed_tokens = std::min<int64_t>(prompt_len + max_tokens, max_len);
+  const int64_t needed_blocks = (needed_tokens + config_.block_size - 1) / config_.block_size;
+  if (needed_blocks > kv_->num_usable_blocks()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{} tokens need {} KV cache blocks but the cache has {}", needed_tokens,
+                      needed_blocks, kv_->num_usable_blocks());
+  }
+  return Status::ok();
+}
+
+Status EngineCore::add_request(const std::string& request_id, std::vector<int32_t> prompt,
+                               SamplingParams params, double arrival_time) {
+  Status valid = validate_request(prompt, params);
+  if (!valid.is_ok()) return valid.with_context("request " + request_id);
+  if (scheduler_->find(request_id) != nullptr) {
+    return make_error(ErrorCode::kInvalidArgument, "request id {} is already in use", request_id);
+  }
+  scheduler_->add_request(std::make_unique<Request>(request_id, std::move(prompt),
+                                                    std::move(params), eos_token_ids_,
+                                                    config_.block_size, arrival_time));
+  return Status::ok();
+}
+
+void EngineCore::abort_requests(std::span<const std::string> request_ids) {
+  auto outputs = scheduler_->finish_requests(request_ids, RequestStatus::kFinishedAborted);
+  pending_.insert(pending_.end(), std::make_move_iterator(outputs.begin()),
+                  std::make_move_iterator(outputs.end()));
+}
+
+Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
+  std::vector<EngineCoreOutput> outputs = std::move(pending_);
+  pending_.clear();
+  SchedulerOutput scheduled = scheduler_->schedule();
+  VLLM_ASSIGN_OR_RETURN(StepResult result, runner_->execute(scheduled));
+  auto updates = scheduler_->update_from_output(scheduled, result.sampled, result.prompt_logprobs);
+  outputs.insert(outputs.end(), std::make_move_iterator(updates.begin()),
+                 std::make_move_iterator(updates.end()));
+  PrefixCacheStats interval = kv_->make_prefix_cache_stats();
+  prefix_cache_queries_ += interval.queries;
+  prefix_cache_hits_ += interval.hits;
+  return outputs;
+}
+
+EngineStats EngineCore::stats() const {
+  EngineStats s;
+  s.num_running = scheduler_->num_running();
+  s.num_waiting = scheduler_->num_waiting();
+  s.kv_cache_usage = kv_->usage();
+  s.num_free_blocks = kv_->num_free_blocks();
+  s.num_usable_blocks = kv_->num_usable_blocks();
+  s.num_preemptions = scheduler_->num_preemptions();
+  s.prefix_cache_queries = prefix_cache_queries_;
+  s.prefix_cache_hits = prefix_cache_hits_;
+  return s;
+}
+
+}  // namespace vllm::engine

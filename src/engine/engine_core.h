@@ -1,0 +1,84 @@
+// The engine core: owns the model runner, the scheduler and the KV cache, and advances all
+// requests by one step at a time: schedule, execute, update (vLLM's EngineCore.step()).
+// Single-threaded: the engine client runs it on its own thread and talks to it through
+// queues.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "engine/state_slot_pool.h"
+#include "model/model.h"
+
+namespace vllm::engine {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;  // max_model_len 0: the model's max_position_embeddings
+  int32_t block_size = 16;
+  std::optional<int32_t> num_gpu_blocks_override;
+  int64_t kv_cache_memory_bytes = int64_t{1} << 30;  // budget for the KV cache tensors
+  bool enable_prefix_caching = true;  // forced off for hybrid (GDN) models
+  uint64_t seed = 0;
+};
+
+struct EngineStats {
+  size_t num_running = 0;
+  size_t num_waiting = 0;
+  double kv_cache_usage = 0.0;  // 0..1
+  int32_t num_free_blocks = 0;
+  int32_t num_usable_blocks = 0;
+  int64_t num_preemptions = 0;
+  int64_t prefix_cache_queries = 0;  // tokens, since start
+  int64_t prefix_cache_hits = 0;
+};
+
+class EngineCore {
+ public:
+  // eos_token_ids: the model's end-of-sequence ids (config.json and generation_config.json).
+  static Expected<std::unique_ptr<EngineCore>> create(std::unique_ptr<Model> model,
+                                                      const EngineConfig& config,
+                                                      std::vector<int32_t> eos_token_ids);
+
+  // Validates and queues a request. kInvalidArgument for an empty prompt, a token id outside
+  // the vocabulary, a prompt longer than max_model_len, bad sampling values, a duplicate id.
+  Status add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
+                     SamplingParams params, double arrival_time = 0.0);
+  // The checks add_request makes, without queueing anything; normalizes `params`. Reads
+  // only state fixed at creation, so any thread may call it.
+  Status validate_request(const std::vector<int32_t>& prompt_token_ids,
+                          SamplingParams& params) const;
+  // Aborts the requests; their outputs come with the next step().
+  void abort_requests(std::span<const std::string> request_ids);
+
+  // One step: schedule, run the model, update. Outputs of every request that advanced.
+  Expected<std::vector<EngineCoreOutput>> step();
+
+  bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
+  EngineStats stats() const;
+  const ModelConfig& model_config() const { return model_->config(); }
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  EngineCore() = default;
+
+  EngineConfig config_;
+  std::vector<int32_t> eos_token_ids_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KVCacheManager> kv_;
+  std::unique_ptr<StateSlotPool> state_slots_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::vector<EngineCoreOutput> pending_;  // aborts, delivered by the next step
+  int64_t prefix_cache_queries_ = 0;
+  int64_t prefix_cache_hits_ = 0;
+};
+
+}  // namespace vllm::engine

@@ -1,0 +1,114 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace vllm::engine {
+namespace {
+
+Tensor i64_tensor(const std::vector<int64_t>& values) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::kI64);
+  std::copy(values.begin(), values.end(), t.data<int64_t>());
+  return t;
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(Model* model, ModelCache cache, uint64_t seed)
+    : model_(model), cache_(std::move(cache)), sampler_(seed) {}
+
+ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
+                                         std::vector<std::vector<int64_t>>* prompt_rows) const {
+  const int64_t block_size = cache_.config.block_size;
+  const auto num_requests = static_cast<int64_t>(output.requests.size());
+  size_t max_blocks = 1;
+  for (const ScheduledRequest& s : output.requests) max_blocks = std::max(max_blocks, s.block_ids.size());
+
+  ForwardBatch batch;
+  std::vector<int64_t> ids, positions, slots;
+  ids.reserve(static_cast<size_t>(output.total_num_scheduled_tokens));
+  batch.block_tables = Tensor::zeros({num_requests, static_cast<int64_t>(max_blocks)}, DType::kI32);
+  batch.query_start_loc.push_back(0);
+  prompt_rows->assign(output.requests.size(), {});
+  for (int64_t r = 0; r < num_requests; ++r) {
+    const ScheduledRequest& s = output.requests[static_cast<size_t>(r)];
+    const auto tokens = s.request->all_token_ids();
+    const int64_t begin = s.num_computed_tokens, end = begin + s.num_scheduled_tokens;
+    for (int64_t p = begin; p < end; ++p) {
+      // Prompt logprobs: the row of prompt position p predicts prompt token p + 1.
+      if (s.request->params().prompt_logprobs.has_value() &&
+          p + 1 < s.request->num_prompt_tokens()) {
+        (*prompt_rows)[static_cast<size_t>(r)].push_back(static_cast<int64_t>(ids.size()));
+      }
+      ids.push_back(tokens[static_cast<size_t>(p)]);
+      positions.push_back(p);
+      slots.push_back(s.block_ids[static_cast<size_t>(p / block_size)] * block_size +
+                      p % block_size);
+    }
+    std::copy(s.block_ids.begin(), s.block_ids.end(),
+              batch.block_tables.data<int32_t>() + r * static_cast<int64_t>(max_blocks));
+    batch.query_start_loc.push_back(static_cast<int32_t>(ids.size()));
+    batch.seq_lens.push_back(static_cast<int32_t>(end));
+    batch.state_indices.push_back(s.state_slot);
+  }
+  // Logits rows: prompt-logprob rows of each request, then its sampling row.
+  for (int64_t r = 0; r < num_requests; ++r) {
+    const ScheduledRequest& s = output.requests[static_cast<size_t>(r)];
+    for (int64_t row : (*prompt_rows)[static_cast<size_t>(r)]) batch.logits_indices.push_back(row);
+    if (s.samples) batch.logits_indices.push_back(batch.query_start_loc[static_cast<size_t>(r) + 1] - 1);
+  }
+  batch.token_ids = i64_tensor(ids);
+  batch.positions = i64_tensor(positions);
+  batch.slot_mapping = i64_tensor(slots);
+  return batch;
+}
+
+Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
+  StepResult result;
+  result.prompt_logprobs.resize(output.requests.size());
+  if (output.empty()) return result;
+  std::vector<std::vector<int64_t>> prompt_rows;
+  ForwardBatch batch = prepare_inputs(output, &prompt_rows);
+  VLLM_ASSIGN_OR_RETURN(Tensor logits, model_->forward(batch, cache_));
+
+  std::vector<SamplingRequestState> states;
+  std::vector<int64_t> sample_rows;
+  int64_t row = 0;
+  for (size_t r = 0; r < output.requests.size(); ++r) {
+    const ScheduledRequest& s = output.requests[r];
+    const Request& req = *s.request;
+    const auto& rows = prompt_rows[r];
+    if (!rows.empty()) {
+      // Row k predicts prompt token (first position + k + 1).
+      std::vector<int32_t> next;
+      for (size_t k = 0; k < rows.size(); ++k) {
+        next.push_back(req.all_token_ids()[static_cast<size_t>(s.num_computed_tokens) + k + 1]);
+      }
+      Tensor part = logits.slice(0, row, row + static_cast<int64_t>(rows.size()));
+      result.prompt_logprobs[r] =
+          compute_prompt_logprobs(part, next, *req.params().prompt_logprobs);
+      row += static_cast<int64_t>(rows.size());
+    }
+    if (s.samples) {
+      SamplingRequestState state;
+      state.params = &req.params();
+      state.prompt_token_ids = req.prompt_token_ids();
+      state.output_token_ids = req.output_token_ids();
+      state.eos_token_ids = req.eos_token_ids();
+      states.push_back(state);
+      sample_rows.push_back(row++);
+    }
+  }
+  if (!states.empty()) {
+    Tensor rows_to_sample = Tensor::empty({static_cast<int64_t>(sample_rows.size()), logits.size(1)},
+                                          DType::kF32);
+    for (size_t i = 0; i < sample_rows.size(); ++i) {
+      std::copy_n(logits.data<float>() + sample_rows[i] * logits.size(1), logits.size(1),
+                  rows_to_sample.data<float>() + static_cast<int64_t>(i) * logits.size(1));
+    }
+    result.sampled = sampler_.sample(rows_to_sample, states);
+  }
+  return result;
+}
+
+}  // namespace vllm::engine

@@ -1,0 +1,42 @@
+// The model runner: turns a SchedulerOutput into the model's flat batch (prepare_inputs),
+// runs the forward pass, and samples the rows that produce a token.
+//
+// Inputs are built once per step: token ids, positions, slot_mapping and block tables for
+// the attention layers, state-slot indices for the GDN layers, and the logits rows wanted
+// (each sampling request's last row, plus prompt rows of requests that asked for prompt
+// logprobs).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+
+namespace vllm::engine {
+
+struct StepResult {
+  std::vector<TokenLogprobs> sampled;                     // one per request that samples
+  std::vector<std::vector<TokenLogprobs>> prompt_logprobs;  // per scheduled request
+};
+
+class ModelRunner {
+ public:
+  ModelRunner(Model* model, ModelCache cache, uint64_t seed);
+
+  Expected<StepResult> execute(const SchedulerOutput& output);
+
+  const ModelCache& cache() const { return cache_; }
+
+ private:
+  ForwardBatch prepare_inputs(const SchedulerOutput& output,
+                              std::vector<std::vector<int64_t>>* prompt_rows) const;
+
+  Model* model_;
+  ModelCache cache_;
+  Sampler sampler_;
+};
+
+}  // namespace vllm::engine

@@ -1,0 +1,85 @@
+// A request as the engine core sees it: prompt, sampling parameters, the tokens generated so
+// far and how many of its tokens the KV cache already holds.
+//
+// Lifecycle (vLLM V1's RequestStatus): WAITING -> RUNNING -> FINISHED_*; a running request
+// that loses its blocks is PREEMPTED (back to the front of the waiting queue, its
+// num_computed_tokens reset to 0: it is recomputed from scratch when rescheduled).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/block_hash.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/sampling_ops.h"
+#include "engine/sampling_params.h"
+
+namespace vllm::engine {
+
+enum class RequestStatus {
+  kWaiting,
+  kRunning,
+  kPreempted,
+  kFinishedStopped,        // EOS, a stop token id, or a stop string
+  kFinishedLengthCapped,   // max_tokens or max_model_len reached
+  kFinishedAborted,        // the client went away or asked to abort
+};
+
+bool is_finished(RequestStatus status);
+// OpenAI finish_reason: "stop", "length", "abort"; empty while unfinished.
+std::string_view finish_reason(RequestStatus status);
+
+class Request {
+ public:
+  // `eos_token_ids` are the model's (config + generation_config); `block_size` keys the
+  // prefix-cache hashes.
+  Request(std::string request_id, std::vector<int32_t> prompt_token_ids, SamplingParams params,
+          std::vector<int32_t> eos_token_ids, int32_t block_size, double arrival_time);
+
+  const std::string& request_id() const { return request_id_; }
+  const SamplingParams& params() const { return params_; }
+  std::span<const int32_t> prompt_token_ids() const {
+    return std::span<const int32_t>(all_token_ids_).first(num_prompt_tokens_);
+  }
+  std::span<const int32_t> output_token_ids() const {
+    return std::span<const int32_t>(all_token_ids_).subspan(num_prompt_tokens_);
+  }
+  std::span<const int32_t> all_token_ids() const { return all_token_ids_; }
+  std::span<const int32_t> eos_token_ids() const { return eos_token_ids_; }
+  int64_t num_prompt_tokens() const { return num_prompt_tokens_; }
+  int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids_.size()); }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
+  double arrival_time() const { return arrival_time_; }
+
+  // Appends a sampled token (and its logprobs when asked for) and extends the block hashes.
+  void append_output_token(const TokenLogprobs& sampled);
+  const std::vector<TokenLogprobs>& output_logprobs() const { return output_logprobs_; }
+
+  // The view the KV cache manager takes.
+  KVCacheRequest kv_view() const;
+
+  RequestStatus status = RequestStatus::kWaiting;
+  int64_t num_computed_tokens = 0;
+  int64_t num_cached_tokens = -1;  // prefix-cache hits at first admission (-1: not yet)
+  int32_t num_preemptions = 0;
+  std::optional<int32_t> stop_token;  // the EOS / stop token id that finished it, if any
+  // Prompt logprobs, filled while the prompt is computed (when params ask for them).
+  std::vector<TokenLogprobs> prompt_logprobs;
+
+ private:
+  std::string request_id_;
+  SamplingParams params_;
+  std::vector<int32_t> eos_token_ids_;
+  int64_t num_prompt_tokens_;
+  std::vector<int32_t> all_token_ids_;
+  std::vector<TokenLogprobs> output_logprobs_;
+  int32_t block_size_;
+  std::vector<BlockHash> block_hashes_;
+  double arrival_time_;
+};
+
+}  // namespace vllm::engine

@@ -1,0 +1,81 @@
+// Sampler: turns the logits of the rows that sample into next tokens, one per request.
+//
+// vLLM V1's order (vllm/v1/sample/sampler.py), per row:
+//   1. logprobs of the raw logits are what is returned (logprobs_mode "raw_logprobs")
+//   2. min_tokens: EOS and stop_token_ids masked while fewer than min_tokens generated
+//   3. logit_bias
+//   4. penalties: repetition (prompt + output), frequency and presence (output)
+//   5. greedy rows (temperature < 1e-5): argmax, ties to the lowest id
+//   6. otherwise temperature, min_p, top_k, top_p, then one random draw
+// Random draws: a request with a seed reads its own counter-based stream at position
+// "tokens generated so far", so the same seed gives the same tokens whatever else is in
+// the batch, in any row order, and after preemption. Requests without a seed take their
+// draws from the engine's stream, in row order. The engine thread owns a Sampler; rows
+// are processed in parallel on the CPU thread pool.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/sampling_ops.h"
+#include "engine/sampling_params.h"
+#include "tensor/tensor.h"
+
+namespace vllm {
+
+class ThreadPool;
+
+// What the sampler needs of one request for one step. Spans must stay valid for the call.
+struct SamplingRequestState {
+  const SamplingParams* params = nullptr;
+  std::span<const int32_t> prompt_token_ids;  // repetition penalty
+  // Tokens generated so far: penalties, min_tokens, and the seeded stream's position.
+  std::span<const int32_t> output_token_ids;
+  // The model's EOS ids (config eos plus generation_config's), masked with stop_token_ids
+  // until min_tokens is reached -- also under ignore_eos, as vLLM does.
+  std::span<const int32_t> eos_token_ids;
+};
+
+// One sampled token: token_id, its raw logprob and rank always; top-N when
+// params->logprobs asks for them (N = vocab for -1).
+using SampleResult = TokenLogprobs;
+
+class Sampler {
+ public:
+  // `seed` starts the engine stream used by requests without a seed. `pool` (not owned)
+  // runs rows in parallel; nullptr means the process-wide default pool.
+  explicit Sampler(uint64_t seed = 0, ThreadPool* pool = nullptr);
+
+  // logits F32 [num_rows, vocab_size] on the CPU (rows may be strided; the vocab dim is
+  // contiguous), one row per entry of `requests`, in the same order. Each params must
+  // have passed validate(vocab_size).
+  std::vector<SampleResult> sample(const Tensor& logits,
+                                   std::span<const SamplingRequestState> requests);
+
+  // Draws taken from the engine stream so far (one per unseeded, non-greedy row).
+  uint64_t engine_draws() const { return engine_counter_; }
+
+ private:
+  uint64_t engine_seed_;
+  uint64_t engine_counter_ = 0;
+  ThreadPool* pool_;
+};
+
+// Samples one row with the uniform draw `u` in [0, 1) (ignored by greedy rows). The row
+// is copied; `raw_logits` is not changed.
+SampleResult sample_row(std::span<const float> raw_logits, const SamplingRequestState& request,
+                        double u);
+
+// Prompt logprobs: row i of `logits` F32 [num_positions, vocab_size] is the model's
+// prediction after prompt position i, and next_token_ids[i] the prompt token that really
+// followed. Returns that token's logprob and rank and the top num_logprobs (-1: vocab)
+// tokens per row. For a prompt of P tokens vLLM reports P - 1 of these (the first prompt
+// token has none).
+std::vector<TokenLogprobs> compute_prompt_logprobs(const Tensor& logits,
+                                                   std::span<const int32_t> next_token_ids,
+                                                   int32_t num_logprobs,
+                                                   ThreadPool* pool = nullptr);
+
+}  // namespace vllm
