@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: install dependencies, build, write a small random-weight Llama checkpoint and
-# generate from it with `vllm generate` on the CPU backend.
+# The main job: install dependencies, build, and run `vllm generate` on the CPU backend over
+# a small random-weight Llama checkpoint the build writes and the tiny Qwen3.5 MoE in tests/golden.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,8 +9,11 @@ jobs=${VLLM_JOBS:-2}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs" --target vllm make_tiny_checkpoint
 
-model=build/tiny-llama
-build/tests/tools/make_tiny_checkpoint "$model" --arch llama
-echo "--- vllm generate --model $model"
-build/src/cli/vllm generate --model "$model" --prompt-ids 1,2,3,4,5 --prompt-ids 42,7 \
-  --max-tokens 16 --json
+# A small random-weight Llama written by the build, and the tiny Qwen3.5 MoE hybrid that
+# tests/golden holds (random weights too, checked against transformers).
+build/tests/tools/make_tiny_checkpoint build/tiny-llama --arch llama
+for model in build/tiny-llama tests/golden/qwen3_5_moe; do
+  echo "--- vllm generate --model $model"
+  build/src/cli/vllm generate --model "$model" --prompt-ids 1,2,3,4,5 --prompt-ids 42,7 \
+    --max-tokens 16 --temperature 0 --json
+done
