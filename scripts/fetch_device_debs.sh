@@ -17,7 +17,7 @@ wanted=(
   nlohmann-json3-dev libfmt-dev libspdlog-dev
   libopenblas-dev libopenblas-pthread-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libcpp-httplib-dev libpcre2-dev libxxhash-dev
+  libcli11-dev libcpp-httplib-dev libpcre2-dev libxxhash-dev libicu-dev
 )
 
 # Base-system packages and unused alternatives: never shipped.
