@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <chrono>
-
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -109,7 +108,8 @@ void encode_documents(benchmark::State& state, const std::string& name) {
       ids += static_cast<int64_t>(out->size());
     }
   }
-  state.counters["ids/s"] = benchmark::Counter(static_cast<double>(ids), benchmark::Counter::kIsRate);
+  state.counters["ids/s"] =
+      benchmark::Counter(static_cast<double>(ids), benchmark::Counter::kIsRate);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(corpus().size()));
 }
 
@@ -125,7 +125,8 @@ void encode_whole(benchmark::State& state, const std::string& name) {
     }
     ids += static_cast<int64_t>(out->size());
   }
-  state.counters["ids/s"] = benchmark::Counter(static_cast<double>(ids), benchmark::Counter::kIsRate);
+  state.counters["ids/s"] =
+      benchmark::Counter(static_cast<double>(ids), benchmark::Counter::kIsRate);
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(corpus().size()));
 }
 
@@ -145,7 +146,8 @@ void stream_detokenize(benchmark::State& state, const std::string& name) {
     benchmark::DoNotOptimize(bytes);
     count += static_cast<int64_t>(ids->size());
   }
-  state.counters["ids/s"] = benchmark::Counter(static_cast<double>(count), benchmark::Counter::kIsRate);
+  state.counters["ids/s"] =
+      benchmark::Counter(static_cast<double>(count), benchmark::Counter::kIsRate);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -199,11 +201,11 @@ int run_hf_style(const std::string& dir) {
         time = seconds_since(start);
       }
       double warm = std::min({times[1], times[2], times[3]});
-      std::printf("%s\"%s\": {\"load_s\": %.3f, \"ids\": %zu, \"seconds\": [%.4f, %.4f, %.4f, %.4f], "
-                  "\"cold_ids_per_s\": %.0f, \"warm_ids_per_s\": %.0f, \"warm_mb_per_s\": %.2f}",
-                  mode == 0 ? "" : ", ", mode == 0 ? "documents" : "whole", load, ids, times[0],
-                  times[1], times[2], times[3], ids / times[0], ids / warm,
-                  corpus().size() / warm / 1e6);
+      std::printf(
+          "%s\"%s\": {\"load_s\": %.3f, \"ids\": %zu, \"seconds\": [%.4f, %.4f, %.4f, %.4f], "
+          "\"cold_ids_per_s\": %.0f, \"warm_ids_per_s\": %.0f, \"warm_mb_per_s\": %.2f}",
+          mode == 0 ? "" : ", ", mode == 0 ? "documents" : "whole", load, ids, times[0], times[1],
+          times[2], times[3], ids / times[0], ids / warm, corpus().size() / warm / 1e6);
     }
     std::printf("}");
     std::fflush(stdout);

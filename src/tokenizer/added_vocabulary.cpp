@@ -127,7 +127,8 @@ Expected<AddedVocabulary> AddedVocabulary::from_json(const nlohmann::json& list,
       v.tokens_[*index] = std::move(t);
       v.normalized_content_[*index] = std::move(normed);
     } else {
-      v.by_id_.insert_or_assign(static_cast<uint64_t>(t.id), static_cast<int32_t>(v.tokens_.size()));
+      v.by_id_.insert_or_assign(static_cast<uint64_t>(t.id),
+                                static_cast<int32_t>(v.tokens_.size()));
       v.max_id_ = std::max(v.max_id_, t.id);
       v.tokens_.push_back(std::move(t));
       v.normalized_content_.push_back(std::move(normed));

@@ -11,13 +11,12 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "tokenizer/bpe_model.h"
@@ -46,7 +45,9 @@ class AddedVocabulary {
   void split(Pieces* pieces, bool normalized_pass) const;
   bool has_normalized_tokens() const { return !normalized_trie_.empty(); }
 
-  std::optional<int32_t> token_to_id(std::string_view content) const { return by_content_.find(content); }
+  std::optional<int32_t> token_to_id(std::string_view content) const {
+    return by_content_.find(content);
+  }
   // The string decode uses for an added id (normalized content when it differs), or nullopt.
   std::optional<std::string_view> id_to_token(int32_t id) const;
   const AddedToken* token(int32_t id) const;
@@ -74,9 +75,9 @@ class AddedVocabulary {
 
   void split_piece(Pieces* pieces, const Piece& piece, const Trie& trie) const;
 
-  std::vector<AddedToken> tokens_;       // one per id, in id order of first appearance
-  U64Map<int32_t> by_id_;                // id -> index in tokens_
-  StringIdMap by_content_;               // content -> id
+  std::vector<AddedToken> tokens_;  // one per id, in id order of first appearance
+  U64Map<int32_t> by_id_;           // id -> index in tokens_
+  StringIdMap by_content_;          // content -> id
   std::vector<std::optional<std::string>> normalized_content_;  // per tokens_ index
   std::unordered_set<std::string> special_;
   Trie raw_trie_;

@@ -69,10 +69,11 @@ Expected<BpeModel> BpeModel::from_json(const nlohmann::json& model, std::string_
                                        std::vector<std::pair<std::string, int64_t>>* vocab,
                                        std::vector<MergeEntry>* merges) {
   if (!model.is_object()) return wrong_type(where, "an object", model);
-  VLLM_ASSIGN_OR_RETURN(std::optional<std::string> type, read_optional_string(model, "type", where));
+  VLLM_ASSIGN_OR_RETURN(std::optional<std::string> type,
+                        read_optional_string(model, "type", where));
   if (type && *type != "BPE") {
-    return make_error(ErrorCode::kUnsupported,
-                      "{}: model type '{}' is not supported (only BPE is)", where, *type);
+    return make_error(ErrorCode::kUnsupported, "{}: model type '{}' is not supported (only BPE is)",
+                      where, *type);
   }
   const json* dropout = find_field(model, "dropout");
   if (dropout != nullptr && !(dropout->is_number() && dropout->get<double>() == 0.0)) {
@@ -148,8 +149,8 @@ Expected<BpeModel> BpeModel::from_json(const nlohmann::json& model, std::string_
           dom_merges.push_back({entry[0].get<std::string>(), entry[1].get<std::string>(), false});
         } else {
           return make_error(ErrorCode::kInvalidFormat,
-                            "{}[{}]: expected \"a b\" or [\"a\", \"b\"], got {}", merges_where,
-                            i, json_kind(entry));
+                            "{}[{}]: expected \"a b\" or [\"a\", \"b\"], got {}", merges_where, i,
+                            json_kind(entry));
         }
       }
     }
@@ -167,9 +168,10 @@ Expected<BpeModel> BpeModel::from_json(const nlohmann::json& model, std::string_
       if (line.rfind("#version", 0) == 0) continue;
       size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        return make_error(ErrorCode::kInvalidFormat,
-                          "{}[{}]: expected \"a b\" (two tokens separated by one space), got \"{}\"",
-                          merges_where, i, line.substr(0, 64));
+        return make_error(
+            ErrorCode::kInvalidFormat,
+            "{}[{}]: expected \"a b\" (two tokens separated by one space), got \"{}\"",
+            merges_where, i, line.substr(0, 64));
       }
       a = std::string_view(line).substr(0, space);
       b = std::string_view(line).substr(space + 1);
@@ -248,7 +250,8 @@ Status BpeModel::merge_word(std::string_view word, std::vector<int32_t>* ids) co
     if (pos > word.size()) pos = word.size();
     auto byte_len = static_cast<uint32_t>(pos - start);
     std::string_view piece = word.substr(start, byte_len);
-    bool with_prefix = start != 0 && continuing_subword_prefix_ && !continuing_subword_prefix_->empty();
+    bool with_prefix =
+        start != 0 && continuing_subword_prefix_ && !continuing_subword_prefix_->empty();
     bool with_suffix = pos == word.size() && end_of_word_suffix_ && !end_of_word_suffix_->empty();
     if (with_prefix || with_suffix) {
       s.piece.clear();
@@ -324,8 +327,8 @@ Status BpeModel::merge_word(std::string_view word, std::vector<int32_t>* ids) co
     if (right.next >= 0 && right.next < n) sym[right.next].prev = static_cast<int32_t>(top.pos);
     if (cur.prev >= 0) {
       if (const MergeValue* pm = merges_.find(pair_key(sym[cur.prev].id, cur.id))) {
-        heap.push_back({pm->rank, static_cast<uint32_t>(cur.prev), pm->new_id, sym[cur.prev].id,
-                        cur.id});
+        heap.push_back(
+            {pm->rank, static_cast<uint32_t>(cur.prev), pm->new_id, sym[cur.prev].id, cur.id});
         std::push_heap(heap.begin(), heap.end(), less);
       }
     }

@@ -8,14 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "tokenizer/flat_map.h"
@@ -34,7 +33,7 @@ class WordCache {
   void insert(std::string_view word, const int32_t* ids, size_t count);
 
  private:
-  StringIdMap index_;          // word -> offset in ids_, where [count, ids...] is stored
+  StringIdMap index_;  // word -> offset in ids_, where [count, ids...] is stored
   std::vector<int32_t> ids_;
 };
 

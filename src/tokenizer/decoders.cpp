@@ -43,7 +43,8 @@ class ByteLevelDecoder final : public Decoder {
 
 class MetaspaceDecoder final : public Decoder {
  public:
-  MetaspaceDecoder(char32_t replacement, bool prepend) : replacement_(replacement), prepend_(prepend) {}
+  MetaspaceDecoder(char32_t replacement, bool prepend)
+      : replacement_(replacement), prepend_(prepend) {}
   Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       std::string& token = (*tokens)[i];
@@ -203,7 +204,8 @@ class ReplaceDecoder final : public Decoder {
 
 class SequenceDecoder final : public Decoder {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts)
+      : parts_(std::move(parts)) {}
   Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     for (const auto& part : parts_) VLLM_RETURN_IF_ERROR(part->decode_chain(tokens, state));
     return Status::ok();
@@ -251,7 +253,8 @@ Expected<std::unique_ptr<Decoder>> make_decoder(const nlohmann::json& j, std::st
   if (type == "Replace") {
     const json* pattern = find_field(j, "pattern");
     if (pattern == nullptr) {
-      return make_error(ErrorCode::kInvalidFormat, "{}: missing field", join_path(where, "pattern"));
+      return make_error(ErrorCode::kInvalidFormat, "{}: missing field",
+                        join_path(where, "pattern"));
     }
     VLLM_ASSIGN_OR_RETURN(Pattern p, Pattern::from_json(*pattern, join_path(where, "pattern")));
     VLLM_ASSIGN_OR_RETURN(std::string content, read_required_string(j, "content", where));
@@ -265,7 +268,8 @@ Expected<std::unique_ptr<Decoder>> make_decoder(const nlohmann::json& j, std::st
     }
     std::vector<std::unique_ptr<Decoder>> parts;
     for (size_t i = 0; i < list->size(); ++i) {
-      VLLM_ASSIGN_OR_RETURN(auto part, make_decoder((*list)[i], fmt::format("{}[{}]", list_where, i)));
+      VLLM_ASSIGN_OR_RETURN(auto part,
+                            make_decoder((*list)[i], fmt::format("{}[{}]", list_where, i)));
       parts.push_back(std::move(part));
     }
     return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(parts)));

@@ -5,7 +5,9 @@
 
 namespace vllm::tok {
 
-uint64_t hash_bytes(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
+uint64_t hash_bytes(std::string_view bytes) {
+  return XXH3_64bits(bytes.data(), bytes.size());
+}
 
 void StringIdMap::reserve(size_t n, size_t key_bytes) {
   size_t cap = 16;

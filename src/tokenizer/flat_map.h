@@ -88,7 +88,9 @@ class StringIdMap {
  public:
   void reserve(size_t n, size_t key_bytes = 0);
   size_t size() const { return size_; }
-  std::optional<int32_t> find(std::string_view key) const { return find_hashed(key, hash_bytes(key)); }
+  std::optional<int32_t> find(std::string_view key) const {
+    return find_hashed(key, hash_bytes(key));
+  }
   std::optional<int32_t> find_hashed(std::string_view key, uint64_t hash) const;
   void insert_or_assign(std::string_view key, int32_t value);
   void clear();

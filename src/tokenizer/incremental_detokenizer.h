@@ -51,11 +51,11 @@ class IncrementalDetokenizer {
 
   const Tokenizer* tokenizer_;
   DecodeOptions options_;
-  std::vector<int32_t> ids_;   // window: context [0, prefix_index_) then pending ids
+  std::vector<int32_t> ids_;  // window: context [0, prefix_index_) then pending ids
   size_t prefix_index_ = 0;
-  std::string prefix_;         // decode of the context
-  bool at_start_ = true;       // the window begins the sequence
-  bool space_quirk_ = false;   // vLLM's spaces_between_special_tokens=false handling
+  std::string prefix_;        // decode of the context
+  bool at_start_ = true;      // the window begins the sequence
+  bool space_quirk_ = false;  // vLLM's spaces_between_special_tokens=false handling
   bool last_added_ = false;
 };
 

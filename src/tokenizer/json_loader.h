@@ -17,7 +17,7 @@
 namespace vllm::tok {
 
 struct MergeEntry {
-  std::string first;   // or the whole "a b" line when `line` is set
+  std::string first;  // or the whole "a b" line when `line` is set
   std::string second;
   bool line = false;
 };

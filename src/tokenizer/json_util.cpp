@@ -15,15 +15,23 @@ std::string join_path(std::string_view where, std::string_view key) {
 
 std::string_view json_kind(const json& j) {
   switch (j.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "object";
-    case json::value_t::array: return "array";
-    case json::value_t::string: return "string";
-    case json::value_t::boolean: return "boolean";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "object";
+    case json::value_t::array:
+      return "array";
+    case json::value_t::string:
+      return "string";
+    case json::value_t::boolean:
+      return "boolean";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "integer";
-    case json::value_t::number_float: return "number";
-    default: return "value";
+    case json::value_t::number_unsigned:
+      return "integer";
+    case json::value_t::number_float:
+      return "number";
+    default:
+      return "value";
   }
 }
 
@@ -54,8 +62,7 @@ Expected<int64_t> read_int(const json& object, std::string_view key, std::string
   if (v->is_number_unsigned()) {
     uint64_t u = v->get<uint64_t>();
     if (u > static_cast<uint64_t>(INT64_MAX)) {
-      return make_error(ErrorCode::kInvalidFormat, "{}: {} is too large",
-                        join_path(where, key), u);
+      return make_error(ErrorCode::kInvalidFormat, "{}: {} is too large", join_path(where, key), u);
     }
     return static_cast<int64_t>(u);
   }

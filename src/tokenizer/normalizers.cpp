@@ -182,10 +182,14 @@ Expected<std::unique_ptr<Normalizer>> make_normalizer(const nlohmann::json& j,
                                                       std::string_view where) {
   if (!j.is_object()) return wrong_type(where, "an object", j);
   VLLM_ASSIGN_OR_RETURN(std::string type, read_required_string(j, "type", where));
-  if (type == "NFC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalizationForm::kNFC));
-  if (type == "NFD") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalizationForm::kNFD));
-  if (type == "NFKC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalizationForm::kNFKC));
-  if (type == "NFKD") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalizationForm::kNFKD));
+  if (type == "NFC")
+    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalizationForm::kNFC));
+  if (type == "NFD")
+    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalizationForm::kNFD));
+  if (type == "NFKC")
+    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalizationForm::kNFKC));
+  if (type == "NFKD")
+    return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalizationForm::kNFKD));
   if (type == "Lowercase") return std::unique_ptr<Normalizer>(new Lowercase());
   if (type == "StripAccents") return std::unique_ptr<Normalizer>(new StripAccents());
   if (type == "Nmt") return std::unique_ptr<Normalizer>(new Nmt());
@@ -193,7 +197,8 @@ Expected<std::unique_ptr<Normalizer>> make_normalizer(const nlohmann::json& j,
   if (type == "Replace") {
     const json* pattern = find_field(j, "pattern");
     if (pattern == nullptr) {
-      return make_error(ErrorCode::kInvalidFormat, "{}: missing field", join_path(where, "pattern"));
+      return make_error(ErrorCode::kInvalidFormat, "{}: missing field",
+                        join_path(where, "pattern"));
     }
     VLLM_ASSIGN_OR_RETURN(Pattern p, Pattern::from_json(*pattern, join_path(where, "pattern")));
     VLLM_ASSIGN_OR_RETURN(std::string content, read_required_string(j, "content", where));

@@ -198,8 +198,7 @@ Status Pattern::find_matches(std::string_view text, std::vector<Match>* matches)
                         : PCRE2_ERROR_JIT_STACKLIMIT;
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // no JIT, or its stack is too small: interpret
       rc = pcre2_match(code_->code, subject, n, from, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                       scratch->data,
-                       scratch->context);
+                       scratch->data, scratch->context);
     }
     if (rc == PCRE2_ERROR_NOMATCH) return false;
     if (rc < 0) {

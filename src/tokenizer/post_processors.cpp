@@ -56,7 +56,8 @@ Expected<PostProcessor> make_template(const json& j, std::string_view where) {
   PostProcessor out;
   const json* single = find_field(j, "single");
   std::string single_where = join_path(where, "single");
-  if (single == nullptr) return make_error(ErrorCode::kInvalidFormat, "{}: missing field", single_where);
+  if (single == nullptr)
+    return make_error(ErrorCode::kInvalidFormat, "{}: missing field", single_where);
   json pieces = *single;
   if (pieces.is_string()) {  // "[CLS] $A [SEP]"
     json list = json::array();

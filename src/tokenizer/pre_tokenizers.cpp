@@ -10,77 +10,6 @@
 
 namespace vllm::tok {
 
-Expected<SplitBehavior> parse_split_behavior(const nlohmann::json& object, std::string_view where,
-                                             SplitBehavior fallback) {
-  VLLM_ASSIGN_OR_RETURN(std::optional<std::string> name,
-                        read_optional_string(object, "behavior", where));
-  if (!name) return fallback;
-  if (*name == "Removed") return SplitBehavior::kRemoved;
-  if (*name == "Isolated") return SplitBehavior::kIsolated;
-  if (*name == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
-  if (*name == "MergedWithNext") return SplitBehavior::kMergedWithNext;
-  if (*name == "Contiguous") return SplitBehavior::kContiguous;
-  return make_error(ErrorCode::kInvalidFormat, "{}: unknown split behavior '{}'",
-                    join_path(where, "behavior"), *name);
-}
-
-void split_piece(Pieces* pieces, const Piece& piece, std::vector<Segment>& segs,
-                 SplitBehavior behavior) {
-  // Fold the segments as NormalizedString::split does; `is_match` becomes "remove".
-  std::vector<Segment> out;
-  out.reserve(segs.size());
-  switch (behavior) {
-    case SplitBehavior::kIsolated:
-      for (Segment s : segs) out.push_back({s.begin, s.end, false});
-      break;
-    case SplitBehavior::kRemoved:
-      out = segs;
-      break;
-    case SplitBehavior::kContiguous: {
-      bool previous = false;
-      for (Segment s : segs) {
-        if (s.is_match == previous && !out.empty()) {
-          out.back().end = s.end;
-        } else {
-          out.push_back({s.begin, s.end, false});
-        }
-        previous = s.is_match;
-      }
-      break;
-    }
-    case SplitBehavior::kMergedWithPrevious: {
-      bool previous = false;
-      for (Segment s : segs) {
-        if (s.is_match && !previous && !out.empty()) {
-          out.back().end = s.end;
-        } else {
-          out.push_back({s.begin, s.end, false});
-        }
-        previous = s.is_match;
-      }
-      break;
-    }
-    case SplitBehavior::kMergedWithNext: {
-      bool previous = false;
-      for (size_t k = segs.size(); k-- > 0;) {
-        Segment s = segs[k];
-        if (s.is_match && !previous && !out.empty()) {
-          out.back().begin = s.begin;
-        } else {
-          out.push_back({s.begin, s.end, false});
-        }
-        previous = s.is_match;
-      }
-      std::reverse(out.begin(), out.end());
-      break;
-    }
-  }
-  for (const Segment& s : out) {
-    if (s.is_match) continue;  // removed
-    pieces->emit(piece.begin + s.begin, piece.begin + s.end, piece.at_start && s.begin == 0);
-  }
-}
-
 namespace {
 
 // Segments of `text` from regex / literal matches (gaps are non-matches).
@@ -256,8 +185,8 @@ class Metaspace final : public PreTokenizer {
         }
       }
       bool starts = buf.compare(0, rep_.size(), rep_) == 0;
-      bool prepend = !starts && (scheme_ == Prepend::kAlways ||
-                                 (scheme_ == Prepend::kFirst && p.at_start));
+      bool prepend =
+          !starts && (scheme_ == Prepend::kAlways || (scheme_ == Prepend::kFirst && p.at_start));
       Piece q = p;
       q.begin = static_cast<uint32_t>(pieces->arena.size());
       if (prepend) pieces->arena += rep_;
@@ -268,7 +197,8 @@ class Metaspace final : public PreTokenizer {
         continue;
       }
       char32_t r = replacement_;
-      segments_from_chars(pieces->text(q), [r](char32_t c) { return c == r; }, &segs);
+      segments_from_chars(
+          pieces->text(q), [r](char32_t c) { return c == r; }, &segs);
       split_piece(pieces, q, segs, SplitBehavior::kMergedWithNext);
     }
     pieces->commit();
@@ -354,7 +284,8 @@ Expected<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const nlohmann::json&
   if (type == "Split") {
     const json* pattern = find_field(j, "pattern");
     if (pattern == nullptr) {
-      return make_error(ErrorCode::kInvalidFormat, "{}: missing field", join_path(where, "pattern"));
+      return make_error(ErrorCode::kInvalidFormat, "{}: missing field",
+                        join_path(where, "pattern"));
     }
     VLLM_ASSIGN_OR_RETURN(Pattern p, Pattern::from_json(*pattern, join_path(where, "pattern")));
     VLLM_ASSIGN_OR_RETURN(SplitBehavior behavior,
@@ -408,10 +339,9 @@ Expected<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const nlohmann::json&
     return char_split([](char32_t c) { return is_punctuation(c); }, behavior);
   }
   if (type == "BertPreTokenizer") {
-    return std::unique_ptr<PreTokenizer>(
-        new Chain(char_split([](char32_t c) { return is_whitespace(c); }, SplitBehavior::kRemoved),
-                  char_split([](char32_t c) { return is_punctuation(c); },
-                             SplitBehavior::kIsolated)));
+    return std::unique_ptr<PreTokenizer>(new Chain(
+        char_split([](char32_t c) { return is_whitespace(c); }, SplitBehavior::kRemoved),
+        char_split([](char32_t c) { return is_punctuation(c); }, SplitBehavior::kIsolated)));
   }
   if (type == "CharDelimiterSplit") {
     VLLM_ASSIGN_OR_RETURN(char32_t delimiter, read_char(j, "delimiter", where, U' '));

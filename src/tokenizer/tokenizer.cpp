@@ -20,7 +20,9 @@ namespace {
 Expected<std::string> read_file(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
-    return make_error(ErrorCode::kNotFound, "{}: no such file", path.string());
+    return make_error(ErrorCode::kNotFound,
+                      "{}: no such file (give tokenizer.json or the model folder holding it)",
+                      path.string());
   }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return make_error(ErrorCode::kIoError, "{}: cannot open for reading", path.string());
@@ -222,8 +224,8 @@ Expected<std::string> Tokenizer::Impl::decode_window(std::span<const int32_t> id
 namespace tok {
 std::string clean_up_tokenization(std::string text) {
   static const std::pair<std::string_view, std::string_view> kRules[] = {
-      {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},   {" ' ", "'"},
-      {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : kRules) {
     std::string out;
     size_t last = 0;
@@ -273,6 +275,8 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   return std::string(*s);
 }
 
-bool Tokenizer::is_special(int32_t id) const { return impl_->is_special_id(id); }
+bool Tokenizer::is_special(int32_t id) const {
+  return impl_->is_special_id(id);
+}
 
 }  // namespace vllm

@@ -22,7 +22,7 @@
 namespace vllm {
 
 struct DecodeOptions {
-  bool skip_special_tokens = true;            // as vLLM's default
+  bool skip_special_tokens = true;  // as vLLM's default
   // Only the streaming IncrementalDetokenizer uses this (as vLLM); HF's fast decode()
   // ignores it, and so does Tokenizer::decode.
   bool spaces_between_special_tokens = true;  // as vLLM's default

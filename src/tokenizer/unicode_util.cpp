@@ -15,9 +15,9 @@ namespace {
 // well-formed start), and whether it is a complete character. Follows the Unicode
 // "maximal subpart" rule that Rust's from_utf8_lossy implements.
 struct SeqCheck {
-  size_t len;     // bytes consumed (>= 1)
-  bool valid;     // a complete, well-formed character
-  bool truncated; // valid so far but cut off by the end of input
+  size_t len;      // bytes consumed (>= 1)
+  bool valid;      // a complete, well-formed character
+  bool truncated;  // valid so far but cut off by the end of input
 };
 
 SeqCheck check_sequence(const unsigned char* p, size_t n) {
@@ -81,8 +81,8 @@ char32_t next_code_point(std::string_view text, size_t* pos) {
     return (char32_t(b & 0x0F) << 12) | (char32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
   }
   *pos += 4;
-  return (char32_t(b & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) |
-         (char32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+  return (char32_t(b & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) | (char32_t(p[2] & 0x3F) << 6) |
+         (p[3] & 0x3F);
 }
 
 void append_utf8(std::string* out, char32_t cp) {
@@ -167,8 +167,8 @@ bool is_word_char(char32_t cp) {
 
 bool is_punctuation(char32_t cp) {
   if (cp < 0x80) {
-    return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) ||
-           (cp >= 0x5B && cp <= 0x60) || (cp >= 0x7B && cp <= 0x7E);
+    return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
+           (cp >= 0x7B && cp <= 0x7E);
   }
   int8_t t = u_charType(static_cast<UChar32>(cp));
   return t == U_CONNECTOR_PUNCTUATION || t == U_DASH_PUNCTUATION || t == U_START_PUNCTUATION ||
@@ -199,10 +199,18 @@ bool append_normalized(std::string* out, std::string_view text, NormalizationFor
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* n = nullptr;
   switch (form) {
-    case NormalizationForm::kNFC: n = icu::Normalizer2::getNFCInstance(status); break;
-    case NormalizationForm::kNFD: n = icu::Normalizer2::getNFDInstance(status); break;
-    case NormalizationForm::kNFKC: n = icu::Normalizer2::getNFKCInstance(status); break;
-    case NormalizationForm::kNFKD: n = icu::Normalizer2::getNFKDInstance(status); break;
+    case NormalizationForm::kNFC:
+      n = icu::Normalizer2::getNFCInstance(status);
+      break;
+    case NormalizationForm::kNFD:
+      n = icu::Normalizer2::getNFDInstance(status);
+      break;
+    case NormalizationForm::kNFKC:
+      n = icu::Normalizer2::getNFKCInstance(status);
+      break;
+    case NormalizationForm::kNFKD:
+      n = icu::Normalizer2::getNFKDInstance(status);
+      break;
   }
   if (U_FAILURE(status) || n == nullptr) return false;
   icu::StringPiece piece(text.data(), static_cast<int32_t>(text.size()));

@@ -37,10 +37,10 @@ void append_utf8_lossy(std::string* out, std::string_view bytes);
 // the bytes more input could still complete. 0 when `bytes` ends on a boundary.
 size_t incomplete_utf8_tail(std::string_view bytes);
 
-bool is_whitespace(char32_t cp);   // Rust char::is_whitespace (White_Space)
-bool is_numeric(char32_t cp);      // Rust char::is_numeric (Nd, Nl, No)
-bool is_word_char(char32_t cp);    // regex crate \w (Alphabetic, M, Nd, Pc, Join_Control)
-bool is_punctuation(char32_t cp);  // ASCII punctuation or a P* category
+bool is_whitespace(char32_t cp);      // Rust char::is_whitespace (White_Space)
+bool is_numeric(char32_t cp);         // Rust char::is_numeric (Nd, Nl, No)
+bool is_word_char(char32_t cp);       // regex crate \w (Alphabetic, M, Nd, Pc, Join_Control)
+bool is_punctuation(char32_t cp);     // ASCII punctuation or a P* category
 bool is_combining_mark(char32_t cp);  // M* categories
 
 // Rust str::to_lowercase applied char by char (no final-sigma context), as the Lowercase
@@ -54,7 +54,7 @@ bool append_normalized(std::string* out, std::string_view text, NormalizationFor
 // The GPT-2 byte <-> char mapping used by the ByteLevel pre-tokenizer and decoder.
 struct ByteLevelTable {
   char32_t byte_to_char[256];
-  char utf8[256][3];      // UTF-8 of byte_to_char (1 or 2 bytes)
+  char utf8[256][3];  // UTF-8 of byte_to_char (1 or 2 bytes)
   uint8_t utf8_len[256];
   // Code point (< 324) -> byte, or -1.
   int16_t char_to_byte[324];

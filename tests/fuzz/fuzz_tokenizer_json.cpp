@@ -36,9 +36,9 @@ void check_decode(const vllm::Tokenizer& t, const std::vector<int32_t>& ids) {
     o.skip_special_tokens = skip;
     auto text = t.decode(ids, o);
     if (!text.has_value()) {
-      require(text.status().code() == vllm::ErrorCode::kOutOfRange ||
-                  !text.status().message().empty(),
-              "decode error without a message");
+      require(
+          text.status().code() == vllm::ErrorCode::kOutOfRange || !text.status().message().empty(),
+          "decode error without a message");
       continue;
     }
     require(vllm::tok::find_invalid_utf8(*text) == std::string_view::npos,

@@ -95,7 +95,7 @@ TEST(TokenizerBpe, ByteFallback) {
   EXPECT_EQ(enc(t, "ax\u00e9"), (Ids{0, 1, 2, 3}));
   EXPECT_EQ(enc(t, "a\u00ff"), (Ids{0, 4}));  // <0xC3><0xBF>: 0xBF missing -> unk
   EXPECT_EQ(dec(t, {0, 1, 2, 3}), "ax\u00e9");
-  EXPECT_EQ(dec(t, {2}), "\ufffd");             // an incomplete byte run: one U+FFFD per byte
+  EXPECT_EQ(dec(t, {2}), "\ufffd");  // an incomplete byte run: one U+FFFD per byte
   EXPECT_EQ(dec(t, {2, 2, 0}), "\ufffd\ufffda");
 }
 
@@ -181,7 +181,7 @@ TEST(TokenizerAddedTokens, NormalizedTokensMatchAfterTheNormalizer) {
   EXPECT_EQ(enc(t, "a HeLLo b"), (Ids{0, 3, 1}));
   EXPECT_EQ(enc(t, "a UP b"), (Ids{0, 4, 1}));
   EXPECT_EQ(enc(t, "a Up b"), (Ids{0, 2, 1}));  // not the raw "UP": lowercased, then the model
-  EXPECT_EQ(dec(t, {3}), "hello");               // a normalized token decodes normalized, as HF
+  EXPECT_EQ(dec(t, {3}), "hello");              // a normalized token decodes normalized, as HF
 }
 
 TEST(TokenizerAddedTokens, IdsAreAssignedAsTokenizersDoes) {
@@ -212,12 +212,13 @@ TEST(TokenizerNormalizers, UnicodeForms) {
 
 TEST(TokenizerNormalizers, ReplacePrependStripLowercaseSequence) {
   json j = whole_words({"\u2581hi\u2581there", "\u2581hi", "\u0069\u0307"});
-  j["normalizer"] = {{"type", "Sequence"},
-                     {"normalizers",
-                      {{{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}},
-                       {{"type", "Lowercase"}},
-                       {{"type", "Prepend"}, {"prepend", "\u2581"}},
-                       {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}};
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       {{{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}},
+        {{"type", "Lowercase"}},
+        {{"type", "Prepend"}, {"prepend", "\u2581"}},
+        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}};
   Tokenizer t = load(j);
   EXPECT_EQ(enc(t, "  Hi There \t"), (Ids{0}));
   EXPECT_EQ(enc(t, "HI"), (Ids{1}));
@@ -229,11 +230,13 @@ TEST(TokenizerNormalizers, ReplacePrependStripLowercaseSequence) {
 
 TEST(TokenizerPreTokenizers, SplitBehaviours) {
   // The split of "the-final--countdown" on "-" for each behaviour (tokenizers' doc example).
-  json j = whole_words({"the", "final", "countdown", "-", "--", "the-", "final-", "-final",
-                        "-countdown"});
+  json j = whole_words(
+      {"the", "final", "countdown", "-", "--", "the-", "final-", "-final", "-countdown"});
   auto split = [&](const char* behavior) {
-    j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "-"}}},
-                          {"behavior", behavior}, {"invert", false}};
+    j["pre_tokenizer"] = {{"type", "Split"},
+                          {"pattern", {{"String", "-"}}},
+                          {"behavior", behavior},
+                          {"invert", false}};
     return enc(load(j), "the-final--countdown");
   };
   EXPECT_EQ(split("Removed"), (Ids{0, 1, 2}));
@@ -242,8 +245,10 @@ TEST(TokenizerPreTokenizers, SplitBehaviours) {
   EXPECT_EQ(split("MergedWithNext"), (Ids{0, 7, 3, 8}));
   EXPECT_EQ(split("Contiguous"), (Ids{0, 3, 1, 4, 2}));
   // A regex pattern, inverted: the matches are kept, the rest removed.
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "[a-z]+"}}},
-                        {"behavior", "Removed"}, {"invert", true}};
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", "[a-z]+"}}},
+                        {"behavior", "Removed"},
+                        {"invert", true}};
   EXPECT_EQ(enc(load(j), "the-final--countdown"), (Ids{0, 1, 2}));
 }
 
@@ -253,13 +258,15 @@ TEST(TokenizerPreTokenizers, DigitsMetaspaceAndSequence) {
   EXPECT_EQ(enc(load(j), "ab123ab"), (Ids{0, 1, 0}));
   j["pre_tokenizer"]["individual_digits"] = true;
   EXPECT_EQ(enc(load(j), "ab123ab"), (Ids{0, 2, 3, 4, 0}));
-  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
-                        {"prepend_scheme", "always"}, {"split", true}};
+  j["pre_tokenizer"] = {{"type", "Metaspace"},
+                        {"replacement", "\u2581"},
+                        {"prepend_scheme", "always"},
+                        {"split", true}};
   EXPECT_EQ(enc(load(j), "hi there"), (Ids{5, 6}));
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "WhitespaceSplit"}},
-                          {{"type", "Digits"}, {"individual_digits", true}}}}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "WhitespaceSplit"}}, {{"type", "Digits"}, {"individual_digits", true}}}}};
   EXPECT_EQ(enc(load(j), " ab  12 "), (Ids{0, 2, 3}));
 }
 
@@ -267,18 +274,17 @@ TEST(TokenizerPostProcessors, TemplatesAddSpecialTokens) {
   json j = byte_level_hi();
   j["added_tokens"] = {{{"id", 6}, {"content", "<s>"}, {"special", true}},
                        {{"id", 7}, {"content", "</s>"}, {"special", true}}};
-  j["post_processor"] = {
-      {"type", "Sequence"},
-      {"processors",
-       {{{"type", "ByteLevel"}, {"trim_offsets", false}},
-        {{"type", "TemplateProcessing"},
-         {"single",
-          {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-           {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}}},
-         {"special_tokens",
-          {{"<s>", {{"id", "<s>"}, {"ids", {6}}, {"tokens", {"<s>"}}}},
-           {"</s>", {{"id", "</s>"}, {"ids", {7}}, {"tokens", {"</s>"}}}}}}}}}};
+  j["post_processor"] = {{"type", "Sequence"},
+                         {"processors",
+                          {{{"type", "ByteLevel"}, {"trim_offsets", false}},
+                           {{"type", "TemplateProcessing"},
+                            {"single",
+                             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                              {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}}},
+                            {"special_tokens",
+                             {{"<s>", {{"id", "<s>"}, {"ids", {6}}, {"tokens", {"<s>"}}}},
+                              {"</s>", {{"id", "</s>"}, {"ids", {7}}, {"tokens", {"</s>"}}}}}}}}}};
   Tokenizer t = load(j);
   EXPECT_EQ(enc(t, "hi", true), (Ids{6, 3, 7}));
   EXPECT_EQ(enc(t, "hi", false), (Ids{3}));
@@ -348,8 +354,8 @@ TEST(TokenizerErrors, ReportWhatIsWrong) {
   EXPECT_NE(precompiled.status().message().find("Precompiled"), std::string::npos);
 
   json regex = byte_level_hi();
-  regex["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}},
-                            {"behavior", "Isolated"}};
+  regex["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   auto bad_regex = Tokenizer::from_json(regex.dump(), "x.json");
   ASSERT_FALSE(bad_regex.has_value());
   EXPECT_NE(bad_regex.status().message().find("pre_tokenizer.pattern"), std::string::npos);
@@ -361,8 +367,7 @@ TEST(TokenizerErrors, ReportWhatIsWrong) {
 
 // A byte-fallback tokenizer: "a" and the three bytes of "€" (E2 82 AC).
 Tokenizer euro_tokenizer() {
-  json j = bpe({{"a", 0}, {"<0xE2>", 1}, {"<0x82>", 2}, {"<0xAC>", 3}, {"<s>", 4}},
-               json::array());
+  json j = bpe({{"a", 0}, {"<0xE2>", 1}, {"<0x82>", 2}, {"<0xAC>", 3}, {"<s>", 4}}, json::array());
   j["model"]["byte_fallback"] = true;
   j["decoder"] = {{"type", "Sequence"},
                   {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};

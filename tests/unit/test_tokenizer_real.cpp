@@ -48,11 +48,11 @@ const Tokenizer* real(const std::string& name) {
   return (cache[name] = std::make_unique<Tokenizer>(std::move(t).value())).get();
 }
 
-#define REQUIRE_TOKENIZER(var, name)                                                       \
-  const Tokenizer* var = real(name);                                                       \
-  if (var == nullptr) {                                                                    \
-    GTEST_SKIP() << "tokenizer files not installed (" << model_dir(name)                   \
-                 << "): run `bash scripts/fetch_tokenizers.sh`";                           \
+#define REQUIRE_TOKENIZER(var, name)                                     \
+  const Tokenizer* var = real(name);                                     \
+  if (var == nullptr) {                                                  \
+    GTEST_SKIP() << "tokenizer files not installed (" << model_dir(name) \
+                 << "): run `bash scripts/fetch_tokenizers.sh`";         \
   }
 
 Ids enc(const Tokenizer& t, std::string_view text, bool special) {
@@ -70,7 +70,8 @@ TEST(RealTokenizer, Qwen3KnownIds) {
   // Special and added token text inside plain text is matched before the model.
   ASSERT_EQ(t->token_to_id("<|im_start|>"), 151644);
   ASSERT_EQ(t->token_to_id("<think>"), 151667);
-  EXPECT_EQ(enc(*t, "a<|im_start|>b", false), (Ids{*t->token_to_id("a"), 151644, *t->token_to_id("b")}));
+  EXPECT_EQ(enc(*t, "a<|im_start|>b", false),
+            (Ids{*t->token_to_id("a"), 151644, *t->token_to_id("b")}));
   EXPECT_TRUE(t->is_special(151644));
   EXPECT_FALSE(t->is_special(151667));  // <think> is added but not special
   DecodeOptions skip;
@@ -110,8 +111,10 @@ TEST(RealTokenizer, DecodeRoundTrips) {
       "The quick brown fox jumps over the lazy dog.",
       "  leading and trailing spaces  \n\n\ttabs\r\n",
       "def f(x):\n    return {\"k\": [1, 2, 3]}  # comment\n",
-      "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440 \u4f60\u597d\u4e16\u754c \u3053\u3093\u306b\u3061\u306f \uc548\ub155\ud558\uc138\uc694",
-      "emoji \U0001F468\u200D\U0001F469\u200D\U0001F467 \U0001F44D\U0001F3FD flags \U0001F1EF\U0001F1F5",
+      "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440 \u4f60\u597d\u4e16\u754c "
+      "\u3053\u3093\u306b\u3061\u306f \uc548\ub155\ud558\uc138\uc694",
+      "emoji \U0001F468\u200D\U0001F469\u200D\U0001F467 \U0001F44D\U0001F3FD flags "
+      "\U0001F1EF\U0001F1F5",
       "numbers 1234567890 3.14159 1e-9 \uff11\uff12\uff13",
       "I'm sure they'RE fine, aren't they? YOU'LL see.",
   };
