@@ -42,31 +42,6 @@ Expected<std::string> read_text_file(const std::string& path) {
   return buffer.str();
 }
 
-std::string_view json_type_name(const json& value) {
-  switch (value.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::object:
-      return "object";
-    case json::value_t::array:
-      return "array";
-    case json::value_t::string:
-      return "string";
-    case json::value_t::boolean:
-      return "boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "integer";
-    case json::value_t::number_float:
-      return "number";
-    case json::value_t::binary:
-      return "binary";
-    case json::value_t::discarded:
-      return "discarded";
-  }
-  return "unknown";
-}
-
 JsonFields::JsonFields(std::vector<const json*> scopes, std::string_view source, std::string prefix)
     : scopes_(std::move(scopes)), source_(source), prefix_(std::move(prefix)) {}
 

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/json_util.h"
 #include "base/status.h"
 
 namespace vllm {
@@ -24,9 +25,6 @@ Expected<nlohmann::json> parse_json_object(std::string_view text, std::string_vi
 
 // Reads a whole file; kNotFound when it does not exist, kIoError when it cannot be read.
 Expected<std::string> read_text_file(const std::string& path);
-
-// JSON type as a user reads it: "string", "integer", "array", ...
-std::string_view json_type_name(const nlohmann::json& value);
 
 class JsonFields {
  public:

@@ -75,7 +75,7 @@ Expected<BpeModel> BpeModel::from_json(const nlohmann::json& model, std::string_
     return make_error(ErrorCode::kUnsupported, "{}: model type '{}' is not supported (only BPE is)",
                       where, *type);
   }
-  const json* dropout = find_field(model, "dropout");
+  const json* dropout = json_find(model, "dropout");
   if (dropout != nullptr && !(dropout->is_number() && dropout->get<double>() == 0.0)) {
     return make_error(ErrorCode::kUnsupported, "{}: BPE dropout is not supported",
                       join_path(where, "dropout"));
@@ -93,7 +93,7 @@ Expected<BpeModel> BpeModel::from_json(const nlohmann::json& model, std::string_
   std::string vocab_where = join_path(where, "vocab");
   std::vector<std::pair<std::string, int64_t>> dom_vocab;
   if (vocab == nullptr) {
-    const json* v = find_field(model, "vocab");
+    const json* v = json_find(model, "vocab");
     if (v == nullptr || !v->is_object()) {
       return wrong_type(vocab_where, "an object of token -> id", v ? *v : json());
     }
@@ -137,7 +137,7 @@ Expected<BpeModel> BpeModel::from_json(const nlohmann::json& model, std::string_
   std::string merges_where = join_path(where, "merges");
   std::vector<MergeEntry> dom_merges;
   if (merges == nullptr) {
-    const json* list = find_field(model, "merges");
+    const json* list = json_find(model, "merges");
     if (list != nullptr && !list->is_array()) return wrong_type(merges_where, "an array", *list);
     if (list != nullptr) {
       for (size_t i = 0; i < list->size(); ++i) {
@@ -150,7 +150,7 @@ Expected<BpeModel> BpeModel::from_json(const nlohmann::json& model, std::string_
         } else {
           return make_error(ErrorCode::kInvalidFormat,
                             "{}[{}]: expected \"a b\" or [\"a\", \"b\"], got {}", merges_where, i,
-                            json_kind(entry));
+                            json_type_name(entry));
         }
       }
     }

@@ -234,7 +234,7 @@ Expected<std::unique_ptr<Decoder>> make_decoder(const nlohmann::json& j, std::st
     VLLM_ASSIGN_OR_RETURN(std::optional<std::string> scheme,
                           read_optional_string(j, "prepend_scheme", where));
     bool prepend = !scheme || *scheme != "never";
-    const json* add_prefix = find_field(j, "add_prefix_space");
+    const json* add_prefix = json_find(j, "add_prefix_space");
     if (add_prefix != nullptr && add_prefix->is_boolean() && !add_prefix->get<bool>()) {
       prepend = false;
     }
@@ -251,27 +251,17 @@ Expected<std::unique_ptr<Decoder>> make_decoder(const nlohmann::json& j, std::st
         new StripDecoder(content, static_cast<size_t>(start), static_cast<size_t>(stop)));
   }
   if (type == "Replace") {
-    const json* pattern = find_field(j, "pattern");
-    if (pattern == nullptr) {
-      return make_error(ErrorCode::kInvalidFormat, "{}: missing field",
-                        join_path(where, "pattern"));
-    }
-    VLLM_ASSIGN_OR_RETURN(Pattern p, Pattern::from_json(*pattern, join_path(where, "pattern")));
+    VLLM_ASSIGN_OR_RETURN(Pattern p, Pattern::from_field(j, "pattern", where));
     VLLM_ASSIGN_OR_RETURN(std::string content, read_required_string(j, "content", where));
     return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(p), std::move(content)));
   }
   if (type == "Sequence") {
-    const json* list = find_field(j, "decoders");
-    std::string list_where = join_path(where, "decoders");
-    if (list == nullptr || !list->is_array()) {
-      return wrong_type(list_where, "an array", list ? *list : json());
-    }
     std::vector<std::unique_ptr<Decoder>> parts;
-    for (size_t i = 0; i < list->size(); ++i) {
-      VLLM_ASSIGN_OR_RETURN(auto part,
-                            make_decoder((*list)[i], fmt::format("{}[{}]", list_where, i)));
+    VLLM_RETURN_IF_ERROR(for_each_element(j, "decoders", where, [&](const json& e, std::string w) {
+      VLLM_ASSIGN_OR_RETURN(auto part, make_decoder(e, w));
       parts.push_back(std::move(part));
-    }
+      return Status::ok();
+    }));
     return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(parts)));
   }
   return make_error(ErrorCode::kUnsupported, "{}: decoder type '{}' is not supported", where, type);

@@ -13,43 +13,14 @@ std::string join_path(std::string_view where, std::string_view key) {
   return out;
 }
 
-std::string_view json_kind(const json& j) {
-  switch (j.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::object:
-      return "object";
-    case json::value_t::array:
-      return "array";
-    case json::value_t::string:
-      return "string";
-    case json::value_t::boolean:
-      return "boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "integer";
-    case json::value_t::number_float:
-      return "number";
-    default:
-      return "value";
-  }
-}
-
-const json* find_field(const json& object, std::string_view key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 Status wrong_type(std::string_view where, std::string_view expected, const json& got) {
   return make_error(ErrorCode::kInvalidFormat, "{}: expected {}, got {}", where, expected,
-                    json_kind(got));
+                    json_type_name(got));
 }
 
 Expected<bool> read_bool(const json& object, std::string_view key, std::string_view where,
                          bool fallback) {
-  const json* v = find_field(object, key);
+  const json* v = json_find(object, key);
   if (v == nullptr) return fallback;
   if (!v->is_boolean()) return wrong_type(join_path(where, key), "a boolean", *v);
   return v->get<bool>();
@@ -57,7 +28,7 @@ Expected<bool> read_bool(const json& object, std::string_view key, std::string_v
 
 Expected<int64_t> read_int(const json& object, std::string_view key, std::string_view where,
                            int64_t fallback) {
-  const json* v = find_field(object, key);
+  const json* v = json_find(object, key);
   if (v == nullptr) return fallback;
   if (v->is_number_unsigned()) {
     uint64_t u = v->get<uint64_t>();
@@ -72,7 +43,7 @@ Expected<int64_t> read_int(const json& object, std::string_view key, std::string
 
 Expected<std::optional<std::string>> read_optional_string(const json& object, std::string_view key,
                                                           std::string_view where) {
-  const json* v = find_field(object, key);
+  const json* v = json_find(object, key);
   if (v == nullptr) return std::optional<std::string>();
   if (!v->is_string()) return wrong_type(join_path(where, key), "a string", *v);
   return std::optional<std::string>(v->get<std::string>());
@@ -80,7 +51,7 @@ Expected<std::optional<std::string>> read_optional_string(const json& object, st
 
 Expected<std::string> read_required_string(const json& object, std::string_view key,
                                            std::string_view where) {
-  const json* v = find_field(object, key);
+  const json* v = json_find(object, key);
   if (v == nullptr) {
     return make_error(ErrorCode::kInvalidFormat, "{}: missing field", join_path(where, key));
   }

@@ -2,12 +2,15 @@
 // ("tokenizer.json: model.merges[3]: expected a string"). Nothing here throws.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "base/json_util.h"
 #include "base/status.h"
 
 namespace vllm::tok {
@@ -16,10 +19,6 @@ using nlohmann::json;
 
 // "where.key" (or "key" when where is empty).
 std::string join_path(std::string_view where, std::string_view key);
-std::string_view json_kind(const json& j);
-
-// The field's value, or nullptr when absent or null.
-const json* find_field(const json& object, std::string_view key);
 
 Status wrong_type(std::string_view where, std::string_view expected, const json& got);
 
@@ -37,5 +36,21 @@ Expected<std::string> read_required_string(const json& object, std::string_view 
 // A single Unicode character given as a JSON string (Metaspace's replacement, Strip's content).
 Expected<char32_t> read_char(const json& object, std::string_view key, std::string_view where,
                              char32_t fallback);
+
+// Calls visit(element, "where.key[i]") for each element of the array `key` (a component
+// Sequence's list), stopping at the first error. Absent, null or not an array is an error.
+template <typename Visit>
+Status for_each_element(const json& object, std::string_view key, std::string_view where,
+                        Visit&& visit) {
+  const json* list = json_find(object, key);
+  std::string list_where = join_path(where, key);
+  if (list == nullptr || !list->is_array()) {
+    return wrong_type(list_where, "an array", list ? *list : json());
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    VLLM_RETURN_IF_ERROR(visit((*list)[i], fmt::format("{}[{}]", list_where, i)));
+  }
+  return Status::ok();
+}
 
 }  // namespace vllm::tok

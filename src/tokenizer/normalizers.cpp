@@ -195,12 +195,7 @@ Expected<std::unique_ptr<Normalizer>> make_normalizer(const nlohmann::json& j,
   if (type == "Nmt") return std::unique_ptr<Normalizer>(new Nmt());
   if (type == "ByteLevel") return std::unique_ptr<Normalizer>(new ByteLevelNormalizer());
   if (type == "Replace") {
-    const json* pattern = find_field(j, "pattern");
-    if (pattern == nullptr) {
-      return make_error(ErrorCode::kInvalidFormat, "{}: missing field",
-                        join_path(where, "pattern"));
-    }
-    VLLM_ASSIGN_OR_RETURN(Pattern p, Pattern::from_json(*pattern, join_path(where, "pattern")));
+    VLLM_ASSIGN_OR_RETURN(Pattern p, Pattern::from_field(j, "pattern", where));
     VLLM_ASSIGN_OR_RETURN(std::string content, read_required_string(j, "content", where));
     return std::unique_ptr<Normalizer>(new Replace(std::move(p), std::move(content)));
   }
@@ -214,17 +209,12 @@ Expected<std::unique_ptr<Normalizer>> make_normalizer(const nlohmann::json& j,
     return std::unique_ptr<Normalizer>(new Strip(left, right));
   }
   if (type == "Sequence") {
-    const json* list = find_field(j, "normalizers");
-    std::string list_where = join_path(where, "normalizers");
-    if (list == nullptr || !list->is_array()) {
-      return wrong_type(list_where, "an array", list ? *list : json());
-    }
     std::vector<std::unique_ptr<Normalizer>> parts;
-    for (size_t i = 0; i < list->size(); ++i) {
-      VLLM_ASSIGN_OR_RETURN(auto part,
-                            make_normalizer((*list)[i], fmt::format("{}[{}]", list_where, i)));
+    VLLM_RETURN_IF_ERROR(for_each_element(j, "normalizers", where, [&](const json& e, std::string w) {
+      VLLM_ASSIGN_OR_RETURN(auto part, make_normalizer(e, w));
       parts.push_back(std::move(part));
-    }
+      return Status::ok();
+    }));
     return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(parts)));
   }
   return make_error(ErrorCode::kUnsupported, "{}: normalizer type '{}' is not supported", where,

@@ -8,6 +8,7 @@
 
 #include <pcre2.h>
 
+#include "tokenizer/json_util.h"
 #include "tokenizer/unicode_util.h"
 
 namespace vllm::tok {
@@ -161,6 +162,15 @@ Expected<Pattern> Pattern::regex(std::string_view expression, std::string_view w
   p.code_->code = code;
   p.code_->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
   return p;
+}
+
+Expected<Pattern> Pattern::from_field(const nlohmann::json& object, std::string_view key,
+                                      std::string_view where) {
+  const nlohmann::json* value = json_find(object, key);
+  if (value == nullptr) {
+    return make_error(ErrorCode::kInvalidFormat, "{}: missing field", join_path(where, key));
+  }
+  return from_json(*value, join_path(where, key));
 }
 
 Expected<Pattern> Pattern::from_json(const nlohmann::json& j, std::string_view where) {

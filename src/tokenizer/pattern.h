@@ -27,6 +27,9 @@ class Pattern {
   static Expected<Pattern> regex(std::string_view expression, std::string_view where);
   // {"String": "..."} or {"Regex": "..."}, as tokenizer.json writes a pattern.
   static Expected<Pattern> from_json(const nlohmann::json& j, std::string_view where);
+  // The required field `key` of `object` (Replace's and Split's "pattern").
+  static Expected<Pattern> from_field(const nlohmann::json& object, std::string_view key,
+                                      std::string_view where);
 
   // Appends the matches in `text` in order. An error only when the regex engine gives up
   // (match limit, e.g. a pathological pattern).

@@ -9,7 +9,7 @@ namespace {
 
 // [token, id] as Bert/Roberta write their cls / sep.
 Expected<int32_t> read_token_pair(const json& j, std::string_view key, std::string_view where) {
-  const json* v = find_field(j, key);
+  const json* v = json_find(j, key);
   std::string field = join_path(where, key);
   if (v == nullptr || !v->is_array() || v->size() != 2 || !(*v)[0].is_string() ||
       !(*v)[1].is_number_integer() || (*v)[1].get<int64_t>() < 0 ||
@@ -54,7 +54,7 @@ Expected<TemplatePiece> parse_piece(const json& p, std::string_view where) {
 
 Expected<PostProcessor> make_template(const json& j, std::string_view where) {
   PostProcessor out;
-  const json* single = find_field(j, "single");
+  const json* single = json_find(j, "single");
   std::string single_where = join_path(where, "single");
   if (single == nullptr)
     return make_error(ErrorCode::kInvalidFormat, "{}: missing field", single_where);
@@ -72,7 +72,7 @@ Expected<PostProcessor> make_template(const json& j, std::string_view where) {
     pieces = std::move(list);
   }
   if (!pieces.is_array()) return wrong_type(single_where, "an array", pieces);
-  const json* specials = find_field(j, "special_tokens");
+  const json* specials = json_find(j, "special_tokens");
   bool seen_sequence = false;
   for (size_t i = 0; i < pieces.size(); ++i) {
     std::string piece_where = fmt::format("{}[{}]", single_where, i);
@@ -85,8 +85,8 @@ Expected<PostProcessor> make_template(const json& j, std::string_view where) {
       seen_sequence = true;
       continue;
     }
-    const json* special = specials == nullptr ? nullptr : find_field(*specials, piece.name);
-    const json* ids = special == nullptr ? nullptr : find_field(*special, "ids");
+    const json* special = specials == nullptr ? nullptr : json_find(*specials, piece.name);
+    const json* ids = special == nullptr ? nullptr : json_find(*special, "ids");
     if (ids == nullptr || !ids->is_array()) {
       return make_error(ErrorCode::kInvalidFormat,
                         "{}: special token \"{}\" is missing from special_tokens (or has no ids)",
@@ -120,20 +120,15 @@ Expected<PostProcessor> make_post_processor(const nlohmann::json& j, std::string
     return PostProcessor{{cls}, {sep}};
   }
   if (type == "Sequence") {
-    const json* list = find_field(j, "processors");
-    std::string list_where = join_path(where, "processors");
-    if (list == nullptr || !list->is_array()) {
-      return wrong_type(list_where, "an array", list ? *list : json());
-    }
     PostProcessor out;
-    for (size_t i = 0; i < list->size(); ++i) {
-      VLLM_ASSIGN_OR_RETURN(PostProcessor p,
-                            make_post_processor((*list)[i], fmt::format("{}[{}]", list_where, i)));
+    VLLM_RETURN_IF_ERROR(for_each_element(j, "processors", where, [&](const json& e, std::string w) {
+      VLLM_ASSIGN_OR_RETURN(PostProcessor p, make_post_processor(e, w));
       // Each processor wraps the previous result.
       p.prefix.insert(p.prefix.end(), out.prefix.begin(), out.prefix.end());
       out.prefix = std::move(p.prefix);
       out.suffix.insert(out.suffix.end(), p.suffix.begin(), p.suffix.end());
-    }
+      return Status::ok();
+    }));
     return out;
   }
   return make_error(ErrorCode::kUnsupported, "{}: post-processor type '{}' is not supported", where,

@@ -282,12 +282,7 @@ Expected<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const nlohmann::json&
   if (!j.is_object()) return wrong_type(where, "an object", j);
   VLLM_ASSIGN_OR_RETURN(std::string type, read_required_string(j, "type", where));
   if (type == "Split") {
-    const json* pattern = find_field(j, "pattern");
-    if (pattern == nullptr) {
-      return make_error(ErrorCode::kInvalidFormat, "{}: missing field",
-                        join_path(where, "pattern"));
-    }
-    VLLM_ASSIGN_OR_RETURN(Pattern p, Pattern::from_json(*pattern, join_path(where, "pattern")));
+    VLLM_ASSIGN_OR_RETURN(Pattern p, Pattern::from_field(j, "pattern", where));
     VLLM_ASSIGN_OR_RETURN(SplitBehavior behavior,
                           parse_split_behavior(j, where, SplitBehavior::kIsolated));
     VLLM_ASSIGN_OR_RETURN(bool invert, read_bool(j, "invert", where, false));
@@ -318,7 +313,7 @@ Expected<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const nlohmann::json&
                           join_path(where, "prepend_scheme"), *scheme_name);
       }
     }
-    const json* add_prefix = find_field(j, "add_prefix_space");
+    const json* add_prefix = json_find(j, "add_prefix_space");
     if (add_prefix != nullptr && add_prefix->is_boolean() && !add_prefix->get<bool>()) {
       if (scheme_name && scheme != Metaspace::Prepend::kNever) {
         return make_error(ErrorCode::kInvalidFormat,
@@ -348,17 +343,12 @@ Expected<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const nlohmann::json&
     return char_split([delimiter](char32_t c) { return c == delimiter; }, SplitBehavior::kRemoved);
   }
   if (type == "Sequence") {
-    const json* list = find_field(j, "pretokenizers");
-    std::string list_where = join_path(where, "pretokenizers");
-    if (list == nullptr || !list->is_array()) {
-      return wrong_type(list_where, "an array", list ? *list : json());
-    }
     std::vector<std::unique_ptr<PreTokenizer>> parts;
-    for (size_t i = 0; i < list->size(); ++i) {
-      VLLM_ASSIGN_OR_RETURN(auto part,
-                            make_pre_tokenizer((*list)[i], fmt::format("{}[{}]", list_where, i)));
+    VLLM_RETURN_IF_ERROR(for_each_element(j, "pretokenizers", where, [&](const json& e, std::string w) {
+      VLLM_ASSIGN_OR_RETURN(auto part, make_pre_tokenizer(e, w));
       parts.push_back(std::move(part));
-    }
+      return Status::ok();
+    }));
     return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(parts)));
   }
   return make_error(ErrorCode::kUnsupported, "{}: pre-tokenizer type '{}' is not supported", where,

@@ -10,7 +10,7 @@ namespace vllm::tok {
 
 Expected<SplitBehavior> parse_split_behavior(const nlohmann::json& object, std::string_view where,
                                              SplitBehavior fallback) {
-  const json* value = find_field(object, "behavior");
+  const json* value = json_find(object, "behavior");
   if (value == nullptr) return fallback;
   if (!value->is_string()) return wrong_type(join_path(where, "behavior"), "a string", *value);
   const std::string& name = value->get_ref<const std::string&>();

@@ -62,23 +62,23 @@ Expected<Tokenizer> Tokenizer::from_json(std::string_view json_text, std::string
   impl->source = std::string(source);
   auto in_source = [&](const Status& s) { return s.with_context(source); };
 
-  if (const json* v = tok::find_field(j, "version"); v != nullptr) {
+  if (const json* v = json_find(j, "version"); v != nullptr) {
     if (!v->is_string() || v->get<std::string>() != "1.0") {
       return make_error(ErrorCode::kUnsupported, "{}: version: unknown tokenizer version {}",
                         source, v->dump().substr(0, 32));
     }
   }
-  if (const json* v = tok::find_field(j, "normalizer")) {
+  if (const json* v = json_find(j, "normalizer")) {
     auto n = tok::make_normalizer(*v, "normalizer");
     if (!n) return in_source(n.status());
     impl->normalizer = std::move(n).value();
   }
-  if (const json* v = tok::find_field(j, "pre_tokenizer")) {
+  if (const json* v = json_find(j, "pre_tokenizer")) {
     auto p = tok::make_pre_tokenizer(*v, "pre_tokenizer");
     if (!p) return in_source(p.status());
     impl->pre_tokenizer = std::move(p).value();
   }
-  const json* model = tok::find_field(j, "model");
+  const json* model = json_find(j, "model");
   if (model == nullptr) return make_error(ErrorCode::kInvalidFormat, "{}: model: missing", source);
   {
     auto m = tok::BpeModel::from_json(*model, "model", parsed.vocab ? &*parsed.vocab : nullptr,
@@ -86,19 +86,19 @@ Expected<Tokenizer> Tokenizer::from_json(std::string_view json_text, std::string
     if (!m) return in_source(m.status());
     impl->model = std::move(m).value();
   }
-  if (const json* v = tok::find_field(j, "decoder")) {
+  if (const json* v = json_find(j, "decoder")) {
     auto d = tok::make_decoder(*v, "decoder");
     if (!d) return in_source(d.status());
     impl->decoder = std::move(d).value();
     impl->decoder_has_byte_fallback = impl->decoder->has_byte_fallback();
   }
-  if (const json* v = tok::find_field(j, "post_processor")) {
+  if (const json* v = json_find(j, "post_processor")) {
     auto p = tok::make_post_processor(*v, "post_processor");
     if (!p) return in_source(p.status());
     impl->post_processor = std::move(p).value();
   }
   {
-    const json* list = tok::find_field(j, "added_tokens");
+    const json* list = json_find(j, "added_tokens");
     auto a = tok::AddedVocabulary::from_json(list ? *list : json(), "added_tokens", impl->model,
                                              impl->normalizer.get());
     if (!a) return in_source(a.status());

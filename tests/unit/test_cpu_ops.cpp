@@ -183,6 +183,22 @@ TEST(CpuSiluAndMul, MatchesReference) {
                "out has shape [2, 3], expected [2, 4]");
 }
 
+TEST(CpuAddInplace, AddsElementwiseAndChecksShapes) {
+  for (int64_t rows : {1, 7, 300}) {
+    Tensor dst = random_f32({rows, 129}, 5);
+    Tensor src = random_f32({rows, 129}, 6);
+    std::vector<double> expected = values_of(dst);
+    std::vector<double> sv = values_of(src);
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] += sv[i];
+    ASSERT_TRUE(cpu::add_inplace(dst, src).is_ok());
+    EXPECT_LT(rel_l2(dst, expected), 1e-7);
+  }
+  Tensor dst = random_f32({2, 4}, 1);
+  Tensor src = random_f32({2, 5}, 2);
+  expect_error(cpu::add_inplace(dst, src), ErrorCode::kInvalidArgument,
+               "src has shape [2, 5], expected [2, 4]");
+}
+
 // ---------------------------------------------------------------- softmax / top_k
 
 TEST(CpuSoftmax, MatchesReferenceAndAliases) {

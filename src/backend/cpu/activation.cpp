@@ -1,4 +1,5 @@
-// Gated activations of the MLP: vLLM's silu_and_mul (SwiGLU) over [gate | up] rows.
+// Elementwise ops of the MLP and the residual stream: vLLM's silu_and_mul (SwiGLU) over
+// [gate | up] rows, and the residual add.
 #include <cmath>
 
 #include "backend/cpu/common.h"
@@ -32,6 +33,26 @@ Status silu_and_mul(const Tensor& x, Tensor& out) {
         float g = gate[i];
         o[i] = (g / (1.0f + std::exp(-g))) * up[i];
       }
+    }
+  });
+  return Status::ok();
+}
+
+Status add_inplace(Tensor& dst, const Tensor& src) {
+  constexpr std::string_view kOp = "add_inplace";
+  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "dst", dst, {DType::kF32}, 2));
+  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "src", src, {DType::kF32}, 2));
+  VLLM_RETURN_IF_ERROR(detail::check_shape(kOp, "src", src, {dst.size(0), dst.size(1)},
+                                           "(the shape of dst)"));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows d_rows, detail::as_rows(kOp, "dst", dst));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows s_rows, detail::as_rows(kOp, "src", src));
+  const int64_t cols = dst.size(1);
+  if (d_rows.rows == 0 || cols == 0) return Status::ok();
+  parallel_for(0, d_rows.rows, detail::grain_for(cols), [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* d = d_rows.row<float>(t);
+      const float* s = s_rows.row<float>(t);
+      for (int64_t i = 0; i < cols; ++i) d[i] += s[i];
     }
   });
   return Status::ok();

@@ -33,6 +33,9 @@ Status fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, flo
 Status rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key, int64_t head_size,
                         const Tensor& cos_sin_cache, bool is_neox);
 
+// dst += src elementwise: the residual add. dst, src F32 of the same shape.
+Status add_inplace(Tensor& dst, const Tensor& src);
+
 // out[t, i] = silu(x[t, i]) * x[t, I + i].  x F32 [T, 2I]; out F32 [T, I].
 Status silu_and_mul(const Tensor& x, Tensor& out);
 

@@ -158,10 +158,7 @@ Expected<Tensor> LlamaModel::forward(const ForwardBatch& batch, ModelCache& cach
     VLLM_RETURN_IF_ERROR(cpu::linear(h, l.gate_up_proj, Tensor(), mlp_in));
     VLLM_RETURN_IF_ERROR(cpu::silu_and_mul(mlp_in, act));
     VLLM_RETURN_IF_ERROR(cpu::linear(act, l.down_proj, Tensor(), h));
-    // residual += mlp output, done by the next norm's fused add; here explicitly.
-    float* r = residual.data<float>();
-    const float* o = h.data<float>();
-    for (int64_t j = 0; j < tokens * hidden; ++j) r[j] += o[j];
+    VLLM_RETURN_IF_ERROR(cpu::add_inplace(residual, h));
   }
 
   return compute_logits(residual, batch.logits_indices,

@@ -31,12 +31,6 @@ float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
 
-void add_into(Tensor& dst, const Tensor& src) {
-  float* d = dst.data<float>();
-  const float* s = src.data<float>();
-  for (int64_t i = 0; i < dst.numel(); ++i) d[i] += s[i];
-}
-
 }  // namespace
 
 Expected<ModelCache> HybridModel::create_cache(const CacheConfig& cache_config) const {
@@ -261,7 +255,7 @@ Expected<Tensor> HybridModel::forward(const ForwardBatch& batch, ModelCache& cac
     VLLM_RETURN_IF_ERROR(cpu::fused_add_rms_norm(h, residual, l.post_norm, eps, true));
     s = mlp(l, h, normed);
     if (!s.is_ok()) return s.with_context(fmt::format("layer {} mlp", i));
-    add_into(residual, normed);
+    VLLM_RETURN_IF_ERROR(cpu::add_inplace(residual, normed));
   }
 
   return compute_logits(residual, batch.logits_indices,
