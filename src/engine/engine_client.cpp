@@ -91,6 +91,19 @@ void EngineClient::abort_request(const std::string& request_id) {
   cv_.notify_all();
 }
 
+void EngineClient::pause() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  paused_ = true;
+}
+
+void EngineClient::resume() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    paused_ = false;
+  }
+  cv_.notify_all();
+}
+
 EngineStats EngineClient::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
@@ -103,8 +116,8 @@ void EngineClient::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] {
-        return stop_ || !new_requests_.empty() || !aborts_.empty() ||
-               core_->has_unfinished_requests();
+        return stop_ || (!paused_ && (!new_requests_.empty() || !aborts_.empty() ||
+                                      core_->has_unfinished_requests()));
       });
       if (stop_) break;
       added.swap(new_requests_);

@@ -59,6 +59,12 @@ class EngineClient {
                                                       SamplingParams params);
   void abort_request(const std::string& request_id);
 
+  // Pausing holds the engine thread between steps: requests can still be added and aborted
+  // (they queue), nothing is scheduled until resume(). Used to drain or inspect a quiescent
+  // engine, as vLLM's pause/resume generation.
+  void pause();
+  void resume();
+
   EngineStats stats() const;
   const ModelConfig& model_config() const { return model_config_; }
 
@@ -80,6 +86,7 @@ class EngineClient {
   std::unordered_map<std::string, std::shared_ptr<OutputStream>> streams_;
   EngineStats stats_;
   bool stop_ = false;
+  bool paused_ = false;
   std::thread thread_;
 };
 

@@ -77,9 +77,16 @@ TEST(EngineClient, AbortAndErrorsAndShutdown) {
   EXPECT_EQ(status, RequestStatus::kFinishedAborted);
 
   EXPECT_FALSE(client->add_request("bad", {}, greedy(1)).has_value());
+  // Paused, "dup" cannot finish before its id is offered again.
+  client->pause();
   auto dup = client->add_request("dup", {1, 2}, greedy(50));
   ASSERT_TRUE(dup.has_value());
-  EXPECT_FALSE(client->add_request("dup", {1, 2}, greedy(5)).has_value());
+  auto second = client->add_request("dup", {1, 2}, greedy(5));
+  ASSERT_FALSE(second.has_value());
+  EXPECT_NE(second.status().message().find("request id dup is already in use"), std::string::npos);
+  EXPECT_FALSE((*dup)->next(std::chrono::milliseconds(50)).has_value());  // nothing ran
+  client->resume();
+  ASSERT_TRUE((*dup)->next().has_value());  // it runs once resumed
   // Destroying the client with "dup" in flight ends its stream with an abort.
   client.reset();
   RequestStatus dup_status{};
