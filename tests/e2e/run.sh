@@ -27,6 +27,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# No model and no demo model in reach: a clear error, exit status 2, nothing served.
+status=0
+no_model=$(cd "$work" && "$bin" serve --port 0 2>&1) && no_model_status=0 || no_model_status=$?
+if [ "$no_model_status" == 2 ] && grep -q "no model given and the demo model" <<<"$no_model"; then
+  echo "e2e: PASS serve without a model explains itself (exit 2)"
+else
+  echo "e2e: FAIL serve without a model: exit $no_model_status: $no_model"; status=1
+fi
+
 model="$work/tiny-qwen3.5-moe"
 mkdir -p "$model"
 for f in tests/golden/qwen3_5_moe/*; do
@@ -66,7 +75,6 @@ for _ in $(seq 1 100); do
 done
 echo "e2e: vllm serve up on $VLLM_E2E_BASE"
 
-status=0
 run() {
   local started=$SECONDS
   if "$@"; then echo "e2e: PASS $* ($((SECONDS - started))s)"; else echo "e2e: FAIL $*"; status=1; fi
