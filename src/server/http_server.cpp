@@ -180,6 +180,14 @@ void HttpServer::install_routes() {
   };
   http.Post("/v1/completions", generate_endpoint(&OpenAIServing::completions));
   http.Post("/v1/chat/completions", generate_endpoint(&OpenAIServing::chat_completions));
+
+  // GET on a POST endpoint: 405, as FastAPI answers it.
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"}) {
+    http.Get(path, [](const httplib::Request& req, httplib::Response& res) {
+      send_error(res, make_api_error(405, "Method Not Allowed: " + req.method + " " + req.path));
+      res.set_header("Allow", "POST");
+    });
+  }
 }
 
 Status HttpServer::bind() {

@@ -61,6 +61,7 @@ const cases = [
   ["tokenize without prompt", "POST", "/tokenize", { model }, 400],
   ["detokenize an unknown id", "POST", "/detokenize", { model, tokens: [1, 99999] }, 400],
   ["unknown route", "POST", "/v1/embeddings", { model, input: "x" }, 404],
+  ["GET on a POST endpoint", "GET", completions, undefined, 405],
 ];
 
 let shaped = 0;
