@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libicu-dev libopenblas-dev
   libcli11-dev libfmt-dev libspdlog-dev libxxhash-dev
+  curl jq                             # the end-to-end server tests (tests/e2e/)
 )
 
 missing=()
@@ -16,7 +17,7 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-# Node.js and npm fetch the tokenizer test data (and later the openai client for e2e tests);
+# Node.js and npm fetch the tokenizer test data and the openai client for the e2e tests;
 # a machine that already has them from elsewhere keeps its own.
 if ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test vllm.cpp has on a machine without a GPU:
 #   1. Release build + unit tests (ctest)
+#   1b. end-to-end tests of `vllm serve` (tests/e2e/run.sh: the openai npm client and curl)
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build + unit tests
 #   3. CUDA backend compile (nvcc, sm_90 + PTX) when nvcc is installed; its tests skip
 #      without a GPU (run them on a GPU machine with scripts/device_build.sh)
@@ -11,6 +12,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 bash scripts/fetch_tokenizers.sh
+bash scripts/fetch_e2e_deps.sh
 jobs=${VLLM_JOBS:-2}
 fuzz_seconds=${FUZZ_SECONDS:-20}
 started=$(date +%s)
@@ -22,6 +24,8 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 step "unit tests (release)"
 ctest --test-dir build --output-on-failure -j"$jobs"
+step "end-to-end server tests (release)"
+VLLM_BUILD_DIR=build bash tests/e2e/run.sh
 
 step "ASan + UBSan build"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVLLM_SANITIZE=ON \

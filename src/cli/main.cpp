@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", "vllm.cpp 0.1.0");
   std::map<std::string, vllm::cli::Runner> runners;
+  runners["serve"] = vllm::cli::add_serve_command(app);
   runners["generate"] = vllm::cli::add_generate_command(app);
   runners["tokenize"] = vllm::cli::add_tokenize_command(app);
   runners["render-chat"] = vllm::cli::add_render_chat_command(app);

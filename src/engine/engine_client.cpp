@@ -9,15 +9,16 @@ namespace vllm::engine {
 void OutputStream::push(EngineCoreOutput output) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (finished_pushed_) return;
-    finished_pushed_ = output.finished();
+    if (finished_pushed_.count(output.request_id) != 0) return;
+    if (output.finished()) finished_pushed_.insert(output.request_id);
     queue_.push_back(std::move(output));
   }
   cv_.notify_all();
 }
 
-void OutputStream::fail(const Status& status) {
+void OutputStream::fail(const std::string& request_id, const Status& status) {
   EngineCoreOutput out;
+  out.request_id = request_id;
   out.status = RequestStatus::kFinishedAborted;
   VLLM_LOG_ERROR("request aborted by an engine error: {}", status.to_string());
   push(std::move(out));
@@ -31,7 +32,7 @@ std::optional<EngineCoreOutput> OutputStream::next(std::chrono::milliseconds tim
   if (queue_.empty()) return std::nullopt;
   EngineCoreOutput out = std::move(queue_.front());
   queue_.pop_front();
-  if (out.finished()) finished_read_ = true;
+  if (out.finished() && ++num_finished_read_ >= num_requests_) finished_read_ = true;
   return out;
 }
 
@@ -41,7 +42,7 @@ std::optional<EngineCoreOutput> OutputStream::next() {
   if (queue_.empty()) return std::nullopt;
   EngineCoreOutput out = std::move(queue_.front());
   queue_.pop_front();
-  if (out.finished()) finished_read_ = true;
+  if (out.finished() && ++num_finished_read_ >= num_requests_) finished_read_ = true;
   return out;
 }
 
@@ -51,7 +52,10 @@ bool OutputStream::done() const {
 }
 
 EngineClient::EngineClient(std::unique_ptr<EngineCore> core)
-    : core_(std::move(core)), model_config_(core_->model_config()), stats_(core_->stats()) {
+    : core_(std::move(core)),
+      model_config_(core_->model_config()),
+      max_model_len_(core_->config().scheduler.max_model_len),
+      stats_(core_->stats()) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -67,17 +71,35 @@ EngineClient::~EngineClient() {
 Expected<std::shared_ptr<OutputStream>> EngineClient::add_request(const std::string& request_id,
                                                                    std::vector<int32_t> prompt,
                                                                    SamplingParams params) {
-  Status valid = core_->validate_request(prompt, params);
-  if (!valid.is_ok()) return valid;
-  auto stream = std::make_shared<OutputStream>();
+  std::vector<RequestSpec> one;
+  one.push_back({request_id, std::move(prompt), std::move(params)});
+  return add_requests(std::move(one));
+}
+
+Expected<std::shared_ptr<OutputStream>> EngineClient::add_requests(
+    std::vector<RequestSpec> requests) {
+  if (requests.empty()) return make_error(ErrorCode::kInvalidArgument, "no requests to add");
+  for (RequestSpec& r : requests) {
+    Status valid = core_->validate_request(r.prompt_token_ids, r.params);
+    if (!valid.is_ok()) return valid;
+  }
+  auto stream = std::make_shared<OutputStream>(requests.size());
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_) return make_error(ErrorCode::kResourceExhausted, "the engine is shutting down");
-    if (!streams_.emplace(request_id, stream).second) {
-      return make_error(ErrorCode::kInvalidArgument, "request id {} is already in use",
-                        request_id);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const std::string& id = requests[i].request_id;
+      bool taken = streams_.count(id) != 0;
+      for (size_t j = 0; j < i && !taken; ++j) taken = requests[j].request_id == id;
+      if (taken) {
+        return make_error(ErrorCode::kInvalidArgument, "request id {} is already in use", id);
+      }
     }
-    new_requests_.push_back({request_id, std::move(prompt), std::move(params)});
+    for (RequestSpec& r : requests) {
+      streams_.emplace(r.request_id, stream);
+      new_requests_.push_back(
+          {std::move(r.request_id), std::move(r.prompt_token_ids), std::move(r.params)});
+    }
   }
   cv_.notify_all();
   return stream;
@@ -132,7 +154,7 @@ void EngineClient::loop() {
           stream = streams_[r.request_id];
           streams_.erase(r.request_id);
         }
-        if (stream) stream->fail(s);
+        if (stream) stream->fail(r.request_id, s);
       }
     }
     if (!aborted.empty()) core_->abort_requests(aborted);
@@ -144,7 +166,7 @@ void EngineClient::loop() {
       VLLM_LOG_ERROR("engine step failed: {}", outputs.status().to_string());
       std::vector<std::string> ids;
       for (auto& [id, stream] : streams_) {
-        stream->fail(outputs.status());
+        stream->fail(id, outputs.status());
         ids.push_back(id);
       }
       streams_.clear();

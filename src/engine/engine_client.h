@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/status.h"
@@ -23,9 +24,13 @@
 
 namespace vllm::engine {
 
-// One request's outputs, in order. The last one has finished() true.
+// One request's outputs, in order; or the outputs of several requests interleaved (a
+// request's n samples, a batch of prompts: add_requests), each ending with its finished()
+// output. The stream is done once every request's finished output has been read.
 class OutputStream {
  public:
+  explicit OutputStream(size_t num_requests = 1) : num_requests_(num_requests) {}
+
   // The next output; nullopt if none arrived within `timeout` or the stream is done.
   std::optional<EngineCoreOutput> next(std::chrono::milliseconds timeout);
   // Blocks until the next output; nullopt once the finished output has been read.
@@ -35,13 +40,15 @@ class OutputStream {
  private:
   friend class EngineClient;
   void push(EngineCoreOutput output);
-  void fail(const Status& status);
+  void fail(const std::string& request_id, const Status& status);
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<EngineCoreOutput> queue_;
-  bool finished_pushed_ = false;
-  bool finished_read_ = false;
+  const size_t num_requests_;
+  std::unordered_set<std::string> finished_pushed_;  // request ids
+  size_t num_finished_read_ = 0;
+  bool finished_read_ = false;  // every request's finished output has been read
 };
 
 class EngineClient {
@@ -65,6 +72,19 @@ class EngineClient {
   void pause();
   void resume();
 
+  // Several requests whose outputs share one stream, e.g. the children of a request with
+  // n > 1 or the prompts of one batched API call. All are validated before any is queued:
+  // either all are added or none.
+  struct RequestSpec {
+    std::string request_id;
+    std::vector<int32_t> prompt_token_ids;
+    SamplingParams params;
+  };
+  Expected<std::shared_ptr<OutputStream>> add_requests(std::vector<RequestSpec> requests);
+
+  // The longest prompt + output the engine accepts (resolved from the model when 0 was asked).
+  int64_t max_model_len() const { return max_model_len_; }
+
   EngineStats stats() const;
   const ModelConfig& model_config() const { return model_config_; }
 
@@ -79,6 +99,7 @@ class EngineClient {
 
   std::unique_ptr<EngineCore> core_;
   ModelConfig model_config_;
+  int64_t max_model_len_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<NewRequest> new_requests_;

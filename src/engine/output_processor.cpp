@@ -110,7 +110,9 @@ bool OutputProcessor::update_child(Child& child, const EngineCoreOutput& out) {
   size_t limit = child.text.size();
   if (!o.finished()) limit = limit > child.hold_back ? limit - child.hold_back : 0;
   limit = std::max(limit, child.emitted);
-  o.delta = child.text.substr(child.emitted, limit - child.emitted);
+  // Appended: several engine outputs of one request may be processed in one call (a caller
+  // that drained a few steps at once); process() clears the delta once it has handed it out.
+  o.delta += child.text.substr(child.emitted, limit - child.emitted);
   o.text = child.text.substr(0, limit);
   child.emitted = limit;
   return stopped_by_string;

@@ -26,7 +26,8 @@ namespace vllm::engine {
 struct CompletionOutput {
   int index = 0;
   std::string text;        // everything decided so far
-  std::string delta;       // what this update added to text
+  std::string delta;       // what this update added to text (all of it, when one process()
+                           // call applied several outputs of the request)
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;  // per token, when asked for
   std::string finish_reason;            // "stop", "length", "abort"; empty while running

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -93,6 +94,48 @@ TEST(EngineClient, AbortAndErrorsAndShutdown) {
   collect(**dup, &dup_status);
   EXPECT_TRUE(dup_status == RequestStatus::kFinishedAborted ||
               dup_status == RequestStatus::kFinishedLengthCapped);
+}
+
+TEST(EngineClient, AddRequestsShareOneStream) {
+  auto client = make_client();
+  auto a = client->add_request("a", {3, 5, 7}, greedy(4));
+  ASSERT_TRUE(a.has_value());
+  RequestStatus status{};
+  const std::vector<int32_t> alone_a = collect(**a, &status);
+  auto b = client->add_request("b", {2, 4}, greedy(6));
+  ASSERT_TRUE(b.has_value());
+  const std::vector<int32_t> alone_b = collect(**b, &status);
+
+  std::vector<EngineClient::RequestSpec> specs;
+  specs.push_back({"g-a", {3, 5, 7}, greedy(4)});
+  specs.push_back({"g-b", {2, 4}, greedy(6)});
+  auto stream = client->add_requests(std::move(specs));
+  ASSERT_TRUE(stream.has_value());
+  std::map<std::string, std::vector<int32_t>> got;
+  int finished = 0;
+  while (auto out = (*stream)->next()) {
+    got[out->request_id].insert(got[out->request_id].end(), out->new_token_ids.begin(),
+                                out->new_token_ids.end());
+    finished += out->finished() ? 1 : 0;
+  }
+  EXPECT_EQ(finished, 2);
+  EXPECT_TRUE((*stream)->done());
+  EXPECT_EQ(got["g-a"], alone_a);
+  EXPECT_EQ(got["g-b"], alone_b);
+
+  // All or nothing: one bad request refuses the group; a duplicate id inside it too.
+  std::vector<EngineClient::RequestSpec> bad;
+  bad.push_back({"ok", {1, 2}, greedy(2)});
+  bad.push_back({"empty", {}, greedy(2)});
+  EXPECT_FALSE(client->add_requests(std::move(bad)).has_value());
+  std::vector<EngineClient::RequestSpec> dup;
+  dup.push_back({"same", {1, 2}, greedy(2)});
+  dup.push_back({"same", {1, 2}, greedy(2)});
+  EXPECT_FALSE(client->add_requests(std::move(dup)).has_value());
+  auto ok = client->add_request("ok", {1, 2}, greedy(2));  // "ok" was not taken
+  ASSERT_TRUE(ok.has_value());
+  collect(**ok, &status);
+  EXPECT_EQ(client->max_model_len(), 128);
 }
 
 }  // namespace

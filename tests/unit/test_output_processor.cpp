@@ -117,6 +117,32 @@ TEST_F(OutputProcessorTest, ParallelSamplingChildren) {
   EXPECT_TRUE(p.add_request("q2", ids("x"), SamplingParams{}).has_value());
 }
 
+// Several outputs of one request in one process() call (a caller that drained a few engine
+// steps at once): the delta holds all of their text, none is lost.
+TEST_F(OutputProcessorTest, SeveralOutputsInOneCallKeepEveryDelta) {
+  OutputProcessor p(tokenizer_.get());
+  ASSERT_TRUE(p.add_request("r", ids("Say:"), SamplingParams()).has_value());
+  const auto tokens = ids("one two three four five");
+  std::vector<EngineCoreOutput> batch;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EngineCoreOutput o;
+    o.request_id = "r";
+    o.new_token_ids = {tokens[i]};
+    batch.push_back(o);
+  }
+  std::vector<std::string> aborted;
+  std::vector<EngineCoreOutput> first(batch.begin(), batch.begin() + 3);
+  std::vector<EngineCoreOutput> rest(batch.begin() + 3, batch.end());
+  rest.back().status = RequestStatus::kFinishedLengthCapped;
+  auto a = p.process(first, &aborted);
+  ASSERT_EQ(a.size(), 1u);
+  auto b = p.process(rest, &aborted);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(a[0].outputs[0].delta + b[0].outputs[0].delta, "one two three four five");
+  EXPECT_EQ(b[0].outputs[0].text, "one two three four five");
+  EXPECT_TRUE(b[0].finished);
+}
+
 TEST(OutputProcessorNoTokenizer, StopStringsNeedATokenizer) {
   OutputProcessor p(nullptr);
   SamplingParams params;

@@ -1,0 +1,20 @@
+// Pieces shared by the request parsers of protocol.cpp and protocol_chat.cpp.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "server/protocol.h"
+
+namespace vllm::server::detail {
+
+// "stream" and "stream_options" (only allowed with stream=true, as vLLM).
+Status read_stream(const nlohmann::json& body, bool* stream, StreamOptions* options);
+// "response_format": text or json_object; json_schema and others are refused.
+Status read_response_format(const nlohmann::json& body, bool* json_object);
+// "model" (a string) and "user" (a string, unused).
+Status read_model(const nlohmann::json& body, std::optional<std::string>* model);
+// The sampling fields over `defaults`; records whether max_tokens was given.
+Expected<SamplingParams> read_sampling(const nlohmann::json& body, const SamplingParams& defaults,
+                                       bool* max_tokens_given);
+
+}  // namespace vllm::server::detail
