@@ -19,7 +19,8 @@
 
 #include "base/logging.h"
 #include "cli/commands.h"
-#include "engine/engine_core.h"
+#include "cli/engine_flags.h"
+#include "engine/engine_args.h"
 #include "engine/output_processor.h"
 #include "loader/hf_config.h"
 #include "tokenizer/tokenizer.h"
@@ -28,11 +29,10 @@ namespace vllm::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model;
+  engine::EngineArgs engine;  // --model, --load-format and the engine flags
   std::vector<std::string> prompts;
   std::vector<std::string> prompt_ids;
   std::string input;
-  std::string load_format = "auto";
   bool json = false;
   // Sampling (unset: generation_config.json, then vLLM's default).
   std::optional<double> temperature, top_p, min_p, presence_penalty, frequency_penalty,
@@ -44,11 +44,6 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
-  // Engine.
-  engine::EngineConfig engine;
-  std::optional<int32_t> num_gpu_blocks_override;
-  int64_t max_model_len = 0;
-  bool enable_prefix_caching = true;
 };
 
 Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -82,7 +77,7 @@ Expected<std::vector<Prompt>> collect_prompts(const GenerateArgs& args, const To
       return make_error(ErrorCode::kInvalidArgument,
                         "text prompts need a tokenizer, and {} has no tokenizer.json (use "
                         "--prompt-ids)",
-                        args.model);
+                        args.engine.model);
     }
     VLLM_ASSIGN_OR_RETURN(auto ids, tokenizer->encode(text, /*add_special_tokens=*/true));
     prompts.push_back({text, std::move(ids)});
@@ -188,47 +183,21 @@ nlohmann::json completion_json(const engine::CompletionOutput& c, bool with_top)
 }
 
 int run_generate(GenerateArgs& args) {
-  LoadOptions load;
-  load.max_model_len = args.max_model_len;
-  load.load_format = args.load_format;
-  auto model = load_model(args.model, load);
-  if (!model) {
-    VLLM_LOG_ERROR("cannot load model: {}", model.status().to_string());
+  args.engine.seed = args.seed;
+  auto loaded = engine::build_engine(args.engine);
+  if (!loaded) {
+    VLLM_LOG_ERROR("{}", loaded.status().to_string());
     return 1;
   }
-  auto generation = load_generation_config(args.model);
-  if (!generation) {
-    VLLM_LOG_ERROR("{}", generation.status().to_string());
-    return 1;
-  }
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (std::filesystem::exists(std::filesystem::path(args.model) / "tokenizer.json")) {
-    auto loaded = Tokenizer::from_file(std::filesystem::path(args.model) / "tokenizer.json");
-    if (!loaded) {
-      VLLM_LOG_ERROR("{}", loaded.status().to_string());
-      return 1;
-    }
-    tokenizer = std::make_unique<Tokenizer>(std::move(*loaded));
-  }
+  auto& core = loaded->core;
+  const std::unique_ptr<Tokenizer>& tokenizer = loaded->tokenizer;
   auto prompts = collect_prompts(args, tokenizer.get());
   if (!prompts) {
     VLLM_LOG_ERROR("{}", prompts.status().message());
     return 2;
   }
-  std::vector<int32_t> eos;
-  for (int64_t id : (*model)->config().eos_token_ids) eos.push_back(static_cast<int32_t>(id));
-  for (int64_t id : generation->eos_token_ids) eos.push_back(static_cast<int32_t>(id));
-  args.engine.scheduler.max_model_len = args.max_model_len;
-  args.engine.num_gpu_blocks_override = args.num_gpu_blocks_override;
-  args.engine.enable_prefix_caching = args.enable_prefix_caching;
-  if (args.seed) args.engine.seed = static_cast<uint64_t>(*args.seed);
-  auto core = engine::EngineCore::create(std::move(*model), args.engine, eos);
-  if (!core) {
-    VLLM_LOG_ERROR("cannot start the engine: {}", core.status().to_string());
-    return 1;
-  }
   engine::OutputProcessor processor(tokenizer.get());
-  const SamplingParams params = sampling_params(args, *generation);
+  const SamplingParams params = sampling_params(args, loaded->generation);
   std::map<std::string, size_t> order;  // request id -> prompt index
   for (size_t i = 0; i < prompts->size(); ++i) {
     const std::string id = std::to_string(i);
@@ -238,7 +207,7 @@ int run_generate(GenerateArgs& args) {
       return 2;
     }
     for (const auto& child : *children) {
-      Status s = (*core)->add_request(child.request_id, (*prompts)[i].ids, child.params);
+      Status s = core->add_request(child.request_id, (*prompts)[i].ids, child.params);
       if (!s.is_ok()) {
         VLLM_LOG_ERROR("prompt {}: {}", i, s.message());
         return 2;
@@ -247,8 +216,8 @@ int run_generate(GenerateArgs& args) {
     order[id] = i;
   }
   std::vector<std::optional<engine::RequestOutput>> results(prompts->size());
-  while ((*core)->has_unfinished_requests() || processor.has_unfinished()) {
-    auto outputs = (*core)->step();
+  while (core->has_unfinished_requests() || processor.has_unfinished()) {
+    auto outputs = core->step();
     if (!outputs) {
       VLLM_LOG_ERROR("generation failed: {}", outputs.status().to_string());
       return 1;
@@ -257,7 +226,7 @@ int run_generate(GenerateArgs& args) {
     for (auto& r : processor.process(*outputs, &to_abort)) {
       if (r.finished) results[order[r.request_id]] = std::move(r);
     }
-    if (!to_abort.empty()) (*core)->abort_requests(to_abort);
+    if (!to_abort.empty()) core->abort_requests(to_abort);
   }
   const bool with_top = args.logprobs.value_or(0) != 0;
   for (size_t i = 0; i < results.size(); ++i) {
@@ -290,13 +259,11 @@ int run_generate(GenerateArgs& args) {
 Runner add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate completions of prompts offline");
-  cmd->add_option("--model", args->model, "Model folder (Hugging Face layout)")->required();
+  add_engine_flags(cmd, args->engine);
   cmd->add_option("--prompt", args->prompts, "A text prompt (repeatable)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "A prompt as token ids, e.g. 5,17,42 (repeatable)");
   cmd->add_option("--input", args->input, "JSONL file: {\"prompt\": ...} or {\"prompt_token_ids\": [...]} per line");
   cmd->add_flag("--json", args->json, "One JSON object per prompt per line");
-  cmd->add_option("--load-format", args->load_format, "auto | safetensors | dummy (random weights)")
-      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
   // Sampling, as vLLM's SamplingParams.
   cmd->add_option("--temperature", args->temperature);
   cmd->add_option("--top-p", args->top_p);
@@ -316,16 +283,6 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_flag("!--no-skip-special-tokens", args->skip_special_tokens, "Keep special tokens in the text");
   cmd->add_option("--logprobs", args->logprobs, "Top-N logprobs per generated token");
   cmd->add_option("--prompt-logprobs", args->prompt_logprobs, "Top-N logprobs per prompt token");
-  // Engine, as `vllm serve`.
-  cmd->add_option("--max-num-seqs", args->engine.scheduler.max_num_seqs)->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-batched-tokens", args->engine.scheduler.max_num_batched_tokens)
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-model-len", args->max_model_len)->check(CLI::PositiveNumber);
-  cmd->add_option("--block-size", args->engine.block_size)->check(CLI::Range(1, 1024));
-  cmd->add_option("--num-gpu-blocks-override", args->num_gpu_blocks_override)->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-cache-memory-bytes", args->engine.kv_cache_memory_bytes, "KV cache budget (default 1 GiB)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", args->enable_prefix_caching);
   return [args] { return run_generate(*args); };
 }
 
