@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libicu-dev libopenblas-dev
   libcli11-dev libfmt-dev libspdlog-dev libxxhash-dev
+  libcairo2-dev fonts-dejavu-core    # `vllm bench serve --plot`
 )
 
 missing=()

@@ -13,6 +13,8 @@ using Runner = std::function<int()>;
 Runner add_generate_command(CLI::App& app);
 // `vllm tokenize`: JSON strings on stdin -> JSON arrays of ids on stdout.
 Runner add_tokenize_command(CLI::App& app);
+// `vllm bench serve|throughput|latency`: benchmarks with vLLM's metrics.
+Runner add_bench_command(CLI::App& app);
 // `vllm render-chat`: JSON chat requests on stdin -> rendered prompts (JSON strings).
 Runner add_render_chat_command(CLI::App& app);
 
