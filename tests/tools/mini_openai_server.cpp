@@ -9,6 +9,10 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +110,24 @@ int main(int argc, char** argv) {
           return true;
         });
   });
+  if (!server.bind_to_port("127.0.0.1", port)) {
+    std::fprintf(stderr, "mini_openai_server: cannot bind 127.0.0.1:%d\n", port);
+    return 1;
+  }
+  // httplib 0.11.4 listens with a backlog of 5 (compiled into the library): a burst of 64
+  // connects overflows it and some connections fail with read errors. Find our listening
+  // socket and listen again with a deep queue (Linux updates the backlog).
+  for (int fd = 3; fd < 1024; ++fd) {
+    sockaddr_in addr{};
+    socklen_t len = sizeof(addr);
+    int listening = 0;
+    socklen_t opt_len = sizeof(listening);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 && addr.sin_family == AF_INET &&
+        ntohs(addr.sin_port) == port &&
+        ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &opt_len) == 0 && listening) {
+      ::listen(fd, 4096);
+    }
+  }
   std::fprintf(stderr, "mini_openai_server: %s on 127.0.0.1:%d\n", args.model.c_str(), port);
-  return server.listen("127.0.0.1", port) ? 0 : 1;
+  return server.listen_after_bind() ? 0 : 1;
 }
