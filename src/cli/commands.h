@@ -15,6 +15,8 @@ Runner add_generate_command(CLI::App& app);
 Runner add_tokenize_command(CLI::App& app);
 // `vllm serve`: the OpenAI-compatible HTTP server.
 Runner add_serve_command(CLI::App& app);
+// `vllm bench serve|throughput|latency`: benchmarks with vLLM's metrics.
+Runner add_bench_command(CLI::App& app);
 // `vllm render-chat`: JSON chat requests on stdin -> rendered prompts (JSON strings).
 Runner add_render_chat_command(CLI::App& app);
 

@@ -44,7 +44,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
-  EngineFlags engine;
+  engine::EngineArgs engine;
 };
 
 Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -178,7 +178,9 @@ nlohmann::json completion_json(const engine::CompletionOutput& c, bool with_top)
 }
 
 int run_generate(GenerateArgs& args) {
-  auto loaded = load_engine(args.model, args.engine, args.seed);
+  args.engine.model = args.model;
+  args.engine.seed = args.seed;
+  auto loaded = engine::build_engine(args.engine);
   if (!loaded) {
     VLLM_LOG_ERROR("{}", loaded.status().to_string());
     return 1;

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   runners["generate"] = vllm::cli::add_generate_command(app);
   runners["tokenize"] = vllm::cli::add_tokenize_command(app);
   runners["render-chat"] = vllm::cli::add_render_chat_command(app);
+  runners["bench"] = vllm::cli::add_bench_command(app);
   CLI11_PARSE(app, argc, argv);
   for (CLI::App* sub : app.get_subcommands()) {
     return runners.at(sub->get_name())();

@@ -51,7 +51,7 @@ struct ServeArgs {
   size_t max_request_bytes = 8u << 20;
   size_t http_threads = 256;
   std::optional<int64_t> seed;
-  EngineFlags engine;
+  engine::EngineArgs engine;
 };
 
 Expected<std::string> resolve_model(const ServeArgs& args) {
@@ -163,7 +163,9 @@ int run_serve(ServeArgs& args) {
   if (args.api_key.empty()) {
     if (const char* env = std::getenv("VLLM_API_KEY")) args.api_key = env;
   }
-  auto loaded = load_engine(*model, args.engine, args.seed);
+  args.engine.model = *model;
+  args.engine.seed = args.seed;
+  auto loaded = engine::build_engine(args.engine);
   if (!loaded) {
     VLLM_LOG_ERROR("{}", loaded.status().to_string());
     return 1;

@@ -1,0 +1,39 @@
+// Building an engine from a model folder, as vLLM's EngineArgs -> LLMEngine does: load the
+// weights (or dummy ones), generation_config.json, the tokenizer if the folder has one, and
+// start an EngineCore with the model's EOS ids. Shared by `vllm generate`, `vllm bench
+// throughput|latency` (and the server), so every entry point builds the same engine from the
+// same flags (src/cli/engine_flags.h registers them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "engine/engine_core.h"
+#include "loader/hf_config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace vllm::engine {
+
+struct EngineArgs {
+  std::string model;                  // Hugging Face model folder
+  std::string load_format = "auto";   // auto | safetensors | dummy
+  int64_t max_model_len = 0;          // 0: the config's max_position_embeddings
+  EngineConfig engine;                // scheduler limits, block size, KV budget
+  std::optional<int32_t> num_gpu_blocks_override;
+  bool enable_prefix_caching = true;
+  std::optional<int64_t> seed;        // engine seed (sampling without a per-request seed)
+};
+
+struct LoadedEngine {
+  std::unique_ptr<EngineCore> core;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the folder has no tokenizer.json
+  GenerationConfig generation;
+};
+
+// Errors say which stage failed ("cannot load model: ...", "cannot start the engine: ...").
+Expected<LoadedEngine> build_engine(const EngineArgs& args);
+
+}  // namespace vllm::engine
