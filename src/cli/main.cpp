@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "vllm.cpp 0.1.0");
   std::map<std::string, vllm::cli::Runner> runners;
   runners["generate"] = vllm::cli::add_generate_command(app);
+  runners["chat"] = vllm::cli::add_chat_command(app);
   runners["tokenize"] = vllm::cli::add_tokenize_command(app);
   runners["render-chat"] = vllm::cli::add_render_chat_command(app);
   CLI11_PARSE(app, argc, argv);
