@@ -11,6 +11,9 @@ using Runner = std::function<int()>;
 
 // `vllm generate`: offline generation on the CPU backend.
 Runner add_generate_command(CLI::App& app);
+// `vllm chat`: interactive chat with a model's chat template (stdin lines in, streamed
+// replies out).
+Runner add_chat_command(CLI::App& app);
 // `vllm tokenize`: JSON strings on stdin -> JSON arrays of ids on stdout.
 Runner add_tokenize_command(CLI::App& app);
 // `vllm serve`: the OpenAI-compatible HTTP server.

@@ -19,6 +19,7 @@
 
 #include "base/logging.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/engine_flags.h"
 #include "engine/engine_core.h"
 #include "engine/output_processor.h"
@@ -178,6 +179,12 @@ nlohmann::json completion_json(const engine::CompletionOutput& c, bool with_top)
 }
 
 int run_generate(GenerateArgs& args) {
+  auto model_dir = resolve_model_dir(args.model);
+  if (!model_dir) {
+    VLLM_LOG_ERROR("{}", model_dir.status().message());
+    return 1;
+  }
+  args.model = *model_dir;
   args.engine.model = args.model;
   args.engine.seed = args.seed;
   auto loaded = engine::build_engine(args.engine);
@@ -256,7 +263,10 @@ int run_generate(GenerateArgs& args) {
 Runner add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate completions of prompts offline");
-  cmd->add_option("--model", args->model, "Model folder (Hugging Face layout)")->required();
+  cmd->add_option("--model", args->model,
+                  fmt::format("Model folder (Hugging Face layout); default: the demo model "
+                              "models/{}",
+                              kDefaultModelName));
   cmd->add_option("--prompt", args->prompts, "A text prompt (repeatable)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "A prompt as token ids, e.g. 5,17,42 (repeatable)");
   cmd->add_option("--input", args->input, "JSONL file: {\"prompt\": ...} or {\"prompt_token_ids\": [...]} per line");

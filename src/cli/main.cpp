@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   std::map<std::string, vllm::cli::Runner> runners;
   runners["serve"] = vllm::cli::add_serve_command(app);
   runners["generate"] = vllm::cli::add_generate_command(app);
+  runners["chat"] = vllm::cli::add_chat_command(app);
   runners["tokenize"] = vllm::cli::add_tokenize_command(app);
   runners["render-chat"] = vllm::cli::add_render_chat_command(app);
   runners["bench"] = vllm::cli::add_bench_command(app);

@@ -4,7 +4,7 @@
 // model's tokenizer, chat template and generation_config.json defaults (--generation-config
 // auto; "vllm" ignores the file, a folder reads that folder's), and serves HTTP until SIGTERM
 // or SIGINT: then it stops accepting connections, finishes the requests in flight and exits 0.
-// With no model it serves the demo model in kDemoModelDir.
+// With no model it serves the demo model (default_model.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +22,7 @@
 
 #include "base/logging.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/engine_flags.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -34,7 +35,6 @@ namespace vllm::cli {
 namespace {
 
 // The demo model `vllm serve` runs when given none (relative to the working directory).
-constexpr char kDemoModelDir[] = "models/qwen35-moe-demo";
 
 struct ServeArgs {
   std::string model_positional;
@@ -61,15 +61,7 @@ Expected<std::string> resolve_model(const ServeArgs& args) {
                       args.model_positional, args.model);
   }
   std::string model = !args.model_positional.empty() ? args.model_positional : args.model;
-  if (model.empty()) {
-    if (!std::filesystem::exists(std::filesystem::path(kDemoModelDir) / "config.json")) {
-      return make_error(ErrorCode::kNotFound,
-                        "no model given and the demo model {} is not there (run from the "
-                        "repository root, or name a model folder: vllm serve DIR)",
-                        kDemoModelDir);
-    }
-    model = kDemoModelDir;
-  }
+  VLLM_ASSIGN_OR_RETURN(model, resolve_model_dir(model));  // the demo model when empty
   if (!std::filesystem::is_directory(model)) {
     return make_error(ErrorCode::kNotFound, "model folder {} does not exist", model);
   }
