@@ -178,7 +178,11 @@ int run_serve(ServeArgs& args) {
 
   server::ServingOptions options;
   options.served_model_names = args.served_model_names;
-  if (options.served_model_names.empty()) options.served_model_names.push_back(*model);
+  if (options.served_model_names.empty()) {
+    // As vLLM: the model argument as given; the demo model (none given) by its short name.
+    const bool demo = args.model_positional.empty() && args.model.empty();
+    options.served_model_names.push_back(demo ? std::string(kDefaultModelName) : *model);
+  }
   options.model_root = *model;
   if (!args.tool_call_parser.empty()) options.tool_call_parser = args.tool_call_parser;
   options.enable_auto_tool_choice = args.enable_auto_tool_choice;
