@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/json_util.h"
 #include "engine/sampling_params.h"
 
 namespace vllm {
@@ -20,38 +21,9 @@ namespace {
 
 using nlohmann::json;
 
-std::string_view type_name(const json& value) {
-  switch (value.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::object:
-      return "object";
-    case json::value_t::array:
-      return "array";
-    case json::value_t::string:
-      return "string";
-    case json::value_t::boolean:
-      return "boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "integer";
-    case json::value_t::number_float:
-      return "number";
-    default:
-      return "binary";
-  }
-}
-
 Status wrong_type(std::string_view key, std::string_view expected, const json& got) {
   return make_error(ErrorCode::kInvalidArgument, "'{}' must be {}, got {}", key, expected,
-                    type_name(got));
-}
-
-// The value of `key` when present and not null, else nullptr.
-const json* find(const json& request, std::string_view key) {
-  auto it = request.find(key);
-  if (it == request.end() || it->is_null()) return nullptr;
-  return &*it;
+                    json_type_name(got));
 }
 
 // An integer (or a float with no fractional part, as pydantic accepts) in [lo, hi].
@@ -91,12 +63,12 @@ Status to_int32(std::string_view key, const json& value, int32_t* out) {
 }
 
 Status read_int32(const json& request, std::string_view key, int32_t* out) {
-  const json* value = find(request, key);
+  const json* value = json_find(request, key);
   return value ? to_int32(key, *value, out) : Status::ok();
 }
 
 Status read_int32(const json& request, std::string_view key, std::optional<int32_t>* out) {
-  const json* value = find(request, key);
+  const json* value = json_find(request, key);
   if (!value) return Status::ok();
   int32_t v = 0;
   VLLM_RETURN_IF_ERROR(to_int32(key, *value, &v));
@@ -105,7 +77,7 @@ Status read_int32(const json& request, std::string_view key, std::optional<int32
 }
 
 Status read_double(const json& request, std::string_view key, double* out) {
-  const json* value = find(request, key);
+  const json* value = json_find(request, key);
   if (!value) return Status::ok();
   if (!value->is_number()) return wrong_type(key, "a number", *value);
   *out = value->get<double>();
@@ -113,7 +85,7 @@ Status read_double(const json& request, std::string_view key, double* out) {
 }
 
 Status read_bool(const json& request, std::string_view key, bool* out) {
-  const json* value = find(request, key);
+  const json* value = json_find(request, key);
   if (!value) return Status::ok();
   if (!value->is_boolean()) return wrong_type(key, "a boolean", *value);
   *out = value->get<bool>();
@@ -121,7 +93,7 @@ Status read_bool(const json& request, std::string_view key, bool* out) {
 }
 
 Status read_stop(const json& request, std::vector<std::string>* out) {
-  const json* value = find(request, "stop");
+  const json* value = json_find(request, "stop");
   if (!value) return Status::ok();
   if (value->is_string()) {
     *out = {value->get<std::string>()};
@@ -138,7 +110,7 @@ Status read_stop(const json& request, std::vector<std::string>* out) {
 }
 
 Status read_stop_token_ids(const json& request, std::vector<int32_t>* out) {
-  const json* value = find(request, "stop_token_ids");
+  const json* value = json_find(request, "stop_token_ids");
   if (!value) return Status::ok();
   if (!value->is_array()) return wrong_type("stop_token_ids", "a list of integers", *value);
   std::vector<int32_t> ids;
@@ -169,7 +141,7 @@ std::optional<int32_t> parse_token_id(std::string_view text) {
 }
 
 Status read_logit_bias(const json& request, std::map<int32_t, float>* out) {
-  const json* value = find(request, "logit_bias");
+  const json* value = json_find(request, "logit_bias");
   if (!value) return Status::ok();
   if (!value->is_object()) {
     return wrong_type("logit_bias", "an object mapping token ids to biases", *value);
@@ -185,7 +157,7 @@ Status read_logit_bias(const json& request, std::map<int32_t, float>* out) {
     if (!it.value().is_number()) {
       return make_error(ErrorCode::kInvalidArgument,
                         "'logit_bias' values must be numbers, got {} for token '{}'",
-                        type_name(it.value()), it.key());
+                        json_type_name(it.value()), it.key());
     }
     const double bias = it.value().get<double>();
     const double limit = kMaxLogitBias;
@@ -203,8 +175,8 @@ Status read_logit_bias(const json& request, std::map<int32_t, float>* out) {
 
 // logprobs is an integer (completions) or a boolean with top_logprobs beside it (chat).
 Status read_logprobs(const json& request, std::optional<int32_t>* out) {
-  const json* value = find(request, "logprobs");
-  const json* top = find(request, "top_logprobs");
+  const json* value = json_find(request, "logprobs");
+  const json* top = json_find(request, "top_logprobs");
   std::optional<int32_t> top_logprobs;
   VLLM_RETURN_IF_ERROR(read_int32(request, "top_logprobs", &top_logprobs));
   if (top_logprobs && *top_logprobs < 0 && *top_logprobs != -1) {
@@ -237,7 +209,7 @@ Expected<SamplingParams> SamplingParams::from_json(const json& request,
                                                    const SamplingParams& defaults) {
   if (!request.is_object()) {
     return make_error(ErrorCode::kInvalidArgument, "request must be a JSON object, got {}",
-                      type_name(request));
+                      json_type_name(request));
   }
   SamplingParams params = defaults;
   VLLM_RETURN_IF_ERROR(read_int32(request, "n", &params.n));
@@ -248,7 +220,7 @@ Expected<SamplingParams> SamplingParams::from_json(const json& request,
   VLLM_RETURN_IF_ERROR(read_double(request, "top_p", &params.top_p));
   VLLM_RETURN_IF_ERROR(read_int32(request, "top_k", &params.top_k));
   VLLM_RETURN_IF_ERROR(read_double(request, "min_p", &params.min_p));
-  if (const json* seed = find(request, "seed")) {
+  if (const json* seed = json_find(request, "seed")) {
     int64_t value = 0;
     VLLM_RETURN_IF_ERROR(to_int("seed", *seed, std::numeric_limits<int64_t>::min(),
                                 std::numeric_limits<int64_t>::max(), &value));
