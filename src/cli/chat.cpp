@@ -41,9 +41,7 @@ struct ChatArgs {
   std::string quick;
   engine::EngineArgs engine;  // --max-model-len, --kv-cache-memory-bytes, ... as `vllm serve`
   // Sampling (unset: generation_config.json, then vLLM's default).
-  std::optional<double> temperature, top_p, min_p, presence_penalty, frequency_penalty,
-      repetition_penalty;
-  std::optional<int32_t> top_k;
+  SamplerFlags sampler;
   int32_t max_tokens = 512;
   std::optional<int64_t> seed;
 };
@@ -64,14 +62,7 @@ struct ChatSession {
 };
 
 SamplingParams sampling_params(const ChatArgs& args, const GenerationConfig& generation) {
-  SamplingParams p = generation_defaults(generation);
-  if (args.temperature) p.temperature = *args.temperature;
-  if (args.top_p) p.top_p = *args.top_p;
-  if (args.top_k) p.top_k = *args.top_k;
-  if (args.min_p) p.min_p = *args.min_p;
-  if (args.presence_penalty) p.presence_penalty = *args.presence_penalty;
-  if (args.frequency_penalty) p.frequency_penalty = *args.frequency_penalty;
-  if (args.repetition_penalty) p.repetition_penalty = *args.repetition_penalty;
+  SamplingParams p = sampler_params(generation, args.sampler);
   p.max_tokens = args.max_tokens;
   p.seed = args.seed;
   return p;
@@ -231,13 +222,7 @@ Runner add_chat_command(CLI::App& app) {
   cmd->add_option("--chat-template", args->chat_template,
                   "Chat template file (or the template text) to use instead of the model's");
   add_engine_flags(cmd, &args->engine);
-  cmd->add_option("--temperature", args->temperature);
-  cmd->add_option("--top-p", args->top_p);
-  cmd->add_option("--top-k", args->top_k);
-  cmd->add_option("--min-p", args->min_p);
-  cmd->add_option("--presence-penalty", args->presence_penalty);
-  cmd->add_option("--frequency-penalty", args->frequency_penalty);
-  cmd->add_option("--repetition-penalty", args->repetition_penalty);
+  add_sampler_flags(cmd, &args->sampler);
   cmd->add_option("--max-tokens", args->max_tokens, "Most tokens per reply (default 512)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", args->seed, "Random seed for sampling");

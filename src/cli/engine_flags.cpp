@@ -32,4 +32,26 @@ SamplingParams generation_defaults(const GenerationConfig& generation) {
   return p;
 }
 
+void add_sampler_flags(CLI::App* cmd, SamplerFlags* flags) {
+  cmd->add_option("--temperature", flags->temperature);
+  cmd->add_option("--top-p", flags->top_p);
+  cmd->add_option("--top-k", flags->top_k);
+  cmd->add_option("--min-p", flags->min_p);
+  cmd->add_option("--presence-penalty", flags->presence_penalty);
+  cmd->add_option("--frequency-penalty", flags->frequency_penalty);
+  cmd->add_option("--repetition-penalty", flags->repetition_penalty);
+}
+
+SamplingParams sampler_params(const GenerationConfig& generation, const SamplerFlags& flags) {
+  SamplingParams p = generation_defaults(generation);
+  if (flags.temperature) p.temperature = *flags.temperature;
+  if (flags.top_p) p.top_p = *flags.top_p;
+  if (flags.top_k) p.top_k = *flags.top_k;
+  if (flags.min_p) p.min_p = *flags.min_p;
+  if (flags.presence_penalty) p.presence_penalty = *flags.presence_penalty;
+  if (flags.frequency_penalty) p.frequency_penalty = *flags.frequency_penalty;
+  if (flags.repetition_penalty) p.repetition_penalty = *flags.repetition_penalty;
+  return p;
+}
+
 }  // namespace vllm::cli

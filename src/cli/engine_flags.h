@@ -24,6 +24,20 @@ namespace vllm::cli {
 // --num-gpu-blocks-override --kv-cache-memory-bytes --[no-]enable-prefix-caching.
 void add_engine_flags(CLI::App* cmd, engine::EngineArgs* args);
 
+// The sampling knobs every generating command shares; unset ones keep the model's default.
+struct SamplerFlags {
+  std::optional<double> temperature, top_p, min_p, presence_penalty, frequency_penalty,
+      repetition_penalty;
+  std::optional<int32_t> top_k;
+};
+
+// --temperature --top-p --top-k --min-p --presence-penalty --frequency-penalty
+// --repetition-penalty.
+void add_sampler_flags(CLI::App* cmd, SamplerFlags* flags);
+
+// generation_defaults(generation) with the flags that were given laid over it.
+SamplingParams sampler_params(const GenerationConfig& generation, const SamplerFlags& flags);
+
 // vLLM's default sampling params under --generation-config auto: its defaults, overridden by
 // the sampling fields generation_config.json sets (temperature, top_p, top_k, min_p,
 // repetition_penalty).

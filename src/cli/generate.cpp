@@ -36,9 +36,8 @@ struct GenerateArgs {
   std::string input;
   bool json = false;
   // Sampling (unset: generation_config.json, then vLLM's default).
-  std::optional<double> temperature, top_p, min_p, presence_penalty, frequency_penalty,
-      repetition_penalty;
-  std::optional<int32_t> top_k, max_tokens, min_tokens, n, logprobs, prompt_logprobs;
+  SamplerFlags sampler;
+  std::optional<int32_t> max_tokens, min_tokens, n, logprobs, prompt_logprobs;
   std::optional<int64_t> seed;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
@@ -129,14 +128,7 @@ Expected<std::vector<Prompt>> collect_prompts(const GenerateArgs& args, const To
 
 SamplingParams sampling_params(const GenerateArgs& args, const GenerationConfig& generation) {
   // The model's generation_config.json first (vLLM's --generation-config auto), then the flags.
-  SamplingParams p = generation_defaults(generation);
-  if (args.temperature) p.temperature = *args.temperature;
-  if (args.top_p) p.top_p = *args.top_p;
-  if (args.top_k) p.top_k = *args.top_k;
-  if (args.min_p) p.min_p = *args.min_p;
-  if (args.presence_penalty) p.presence_penalty = *args.presence_penalty;
-  if (args.frequency_penalty) p.frequency_penalty = *args.frequency_penalty;
-  if (args.repetition_penalty) p.repetition_penalty = *args.repetition_penalty;
+  SamplingParams p = sampler_params(generation, args.sampler);
   if (args.max_tokens) p.max_tokens = *args.max_tokens;
   if (args.min_tokens) p.min_tokens = *args.min_tokens;
   if (args.n) p.n = *args.n;
@@ -272,13 +264,7 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_option("--input", args->input, "JSONL file: {\"prompt\": ...} or {\"prompt_token_ids\": [...]} per line");
   cmd->add_flag("--json", args->json, "One JSON object per prompt per line");
   // Sampling, as vLLM's SamplingParams.
-  cmd->add_option("--temperature", args->temperature);
-  cmd->add_option("--top-p", args->top_p);
-  cmd->add_option("--top-k", args->top_k);
-  cmd->add_option("--min-p", args->min_p);
-  cmd->add_option("--presence-penalty", args->presence_penalty);
-  cmd->add_option("--frequency-penalty", args->frequency_penalty);
-  cmd->add_option("--repetition-penalty", args->repetition_penalty);
+  add_sampler_flags(cmd, &args->sampler);
   cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate (default 16)");
   cmd->add_option("--min-tokens", args->min_tokens);
   cmd->add_option("--n", args->n, "Completions per prompt");
