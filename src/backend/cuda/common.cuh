@@ -1,0 +1,118 @@
+// Internal to the CUDA backend's .cu files: element conversions, packed 16-byte accesses,
+// warp and block reductions, and the host-side argument checks the op entries share.
+// Never included by code outside src/backend/cuda.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+namespace vllm::cuda::detail {
+
+constexpr int kWarpSize = 32;
+
+// ---- Device helpers ----------------------------------------------------------------------
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// N elements moved as one access (16 bytes for N * sizeof(T) == 16).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Sum over the block; every thread gets the total. blockDim.x is a multiple of 32 and at
+// most 1024. `scratch` holds 32 floats of shared memory; the call ends with a barrier, so
+// the same scratch may be reused by the next reduction.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int num_warps = blockDim.x / kWarpSize;
+  v = lane < num_warps ? scratch[lane] : 0.0f;
+  v = warp_sum(v);
+  __syncthreads();
+  return v;
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  v = warp_max(v);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int num_warps = blockDim.x / kWarpSize;
+  v = lane < num_warps ? scratch[lane] : -INFINITY;
+  v = warp_max(v);
+  __syncthreads();
+  return v;
+}
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- Host-side checks (messages name the op and the argument) --------------------------
+
+// Defined, on a CUDA device.
+Status check_cuda_tensor(std::string_view op, std::string_view arg, const Tensor& t);
+// check_cuda_tensor + dtype in `allowed`.
+Status check_cuda_tensor(std::string_view op, std::string_view arg, const Tensor& t,
+                         std::initializer_list<DType> allowed);
+// Same dtype as `like` (activations of one op share their dtype).
+Status check_same_dtype(std::string_view op, std::string_view arg, const Tensor& t,
+                        const Tensor& like);
+// Fully contiguous.
+Status check_contiguous(std::string_view op, std::string_view arg, const Tensor& t);
+
+// A matrix view of a 1-D or 2-D-like tensor whose dims after the first are contiguous:
+// row r starts at data + r * row_stride elements (a column slice of a wider tensor is fine).
+struct Rows {
+  void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;  // elements
+};
+Expected<Rows> as_rows(std::string_view op, std::string_view arg, const Tensor& t);
+
+bool is_aligned(const void* ptr, size_t bytes);
+
+}  // namespace vllm::cuda::detail

@@ -1,0 +1,56 @@
+// Gated DeltaNet on the GPU: the counterparts of the CPU ops in src/backend/cpu/gdn.h (same
+// semantics and argument layouts; see there), over a varlen flat batch of requests that
+// continue from per-request state slots.
+//
+// Request r owns rows [query_start_loc[r], query_start_loc[r + 1]) and state slot
+// state_indices[r]. The conv and recurrent states are F32; activations F32 or BF16; g and
+// beta F32. Each op reads the slot as left by the request's previous tokens and writes it
+// back, so a prefill in chunks equals one call. Slots of one batch are distinct.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+namespace vllm::cuda {
+
+struct GdnBatch {
+  Tensor query_start_loc;     // I32 [R + 1] on the device
+  Tensor state_indices;       // I32 [R] on the device
+  int32_t max_query_len = 0;  // host-known bound, for the grid
+};
+
+// Causal depthwise conv1d + SiLU continuing from conv_state (cpu::causal_conv1d).
+// x [T, C] (row stride allowed); weight F32/BF16 [C, K]; bias [C] or undefined;
+// conv_state F32 [num_slots, C, K - 1]; out [T, C] in x's dtype (may alias x).
+Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     const GdnBatch& batch, Tensor& conv_state, Tensor& out, cudaStream_t stream);
+
+// g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b) (cpu::gdn_gating).
+// a, b [T, Hv] (row strides allowed) in the activation dtype; A_log, dt_bias F32/BF16 [Hv];
+// g, beta F32 [T, Hv].
+Status gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                  Tensor& g, Tensor& beta, cudaStream_t stream);
+
+struct GatedDeltaRuleParams {
+  bool use_qk_l2norm = true;
+  float l2norm_eps = 1e-6f;
+  float scale = 0.0f;  // 0: 1 / sqrt(Dk)
+};
+
+// The gated delta rule, token by token per request (cpu::gated_delta_rule).
+// q, k [T, Hk * Dk]; v [T, Hv * Dv] (row strides allowed); g, beta F32 [T, Hv];
+// state F32 [num_slots, Hv, Dk, Dv] updated in place; out [T, Hv * Dv] in q's dtype.
+Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, const GdnBatch& batch,
+                        const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,
+                        cudaStream_t stream);
+
+// out[t, h, :] = x / sqrt(mean(x^2) + eps) * weight * silu(z[t, h, :]) per head of
+// D = weight.size(0) values (cpu::gated_rms_norm). x, z [T, H * D] (row strides allowed);
+// weight F32/BF16 [D]; out [T, H * D] (may alias x).
+Status gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& weight, float eps,
+                      Tensor& out, cudaStream_t stream);
+
+}  // namespace vllm::cuda
