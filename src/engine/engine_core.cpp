@@ -5,6 +5,7 @@
 
 #include "base/logging.h"
 #include "engine/kv_cache_utils.h"
+#include "engine/memory_budget.h"
 
 namespace vllm::engine {
 
@@ -30,10 +31,13 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> 
   spec.block_size = config.block_size;
   spec.num_kv_heads = static_cast<int32_t>(mc.num_key_value_heads);
   spec.head_dim = static_cast<int32_t>(mc.head_dim);
-  spec.dtype_size = 4;  // the CPU backend keeps the cache in f32
+  spec.dtype_size = static_cast<int32_t>(dtype_size(model->kv_cache_dtype()));
   spec.num_attention_layers = std::max(attention_layers, 1);
+  const int64_t num_state_slots = hybrid ? sc.max_num_seqs : 0;
+  VLLM_ASSIGN_OR_RETURN(MemoryBudget budget,
+                        determine_memory_budget(*model, core->config_, num_state_slots));
   KVCacheSizingConfig sizing;
-  sizing.available_memory_bytes = config.kv_cache_memory_bytes;
+  sizing.available_memory_bytes = budget.kv_cache_bytes;
   sizing.num_gpu_blocks_override = config.num_gpu_blocks_override;
   sizing.max_model_len = sc.max_model_len;
   VLLM_ASSIGN_OR_RETURN(int32_t num_blocks, determine_num_gpu_blocks(spec, sizing));
@@ -48,7 +52,7 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> 
   CacheConfig cache_config;
   cache_config.num_blocks = num_blocks;
   cache_config.block_size = config.block_size;
-  cache_config.num_state_slots = hybrid ? sc.max_num_seqs : 0;
+  cache_config.num_state_slots = num_state_slots;
   VLLM_ASSIGN_OR_RETURN(ModelCache cache, model->create_cache(cache_config));
   core->model_ = std::move(model);
   core->scheduler_ =
@@ -132,6 +136,10 @@ EngineStats EngineCore::stats() const {
   s.num_preemptions = scheduler_->num_preemptions();
   s.prefix_cache_queries = prefix_cache_queries_;
   s.prefix_cache_hits = prefix_cache_hits_;
+  if (state_slots_) {
+    s.num_free_state_slots = state_slots_->num_free_slots();
+    s.num_state_slots = state_slots_->num_slots();
+  }
   return s;
 }
 

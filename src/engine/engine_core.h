@@ -24,7 +24,10 @@ struct EngineConfig {
   SchedulerConfig scheduler;  // max_model_len 0: the model's max_position_embeddings
   int32_t block_size = 16;
   std::optional<int32_t> num_gpu_blocks_override;
-  int64_t kv_cache_memory_bytes = int64_t{1} << 30;  // budget for the KV cache tensors
+  // Budget for the KV cache tensors; 0: 1 GiB on the CPU, and on CUDA what
+  // gpu_memory_utilization leaves after weights, workspace and GDN state (memory_budget.h).
+  int64_t kv_cache_memory_bytes = 0;
+  double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;  // forced off for hybrid (GDN) models
   uint64_t seed = 0;
 };
@@ -38,6 +41,8 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t prefix_cache_queries = 0;  // tokens, since start
   int64_t prefix_cache_hits = 0;
+  int32_t num_free_state_slots = 0;  // GDN state slots (hybrid models; 0 otherwise)
+  int32_t num_state_slots = 0;
 };
 
 class EngineCore {

@@ -33,6 +33,8 @@ class ModelRunner {
  private:
   ForwardBatch prepare_inputs(const SchedulerOutput& output,
                               std::vector<std::vector<int64_t>>* prompt_rows) const;
+  // The logits rows that sample, in order (a view when they are all the rows).
+  Expected<Tensor> gather_sample_rows(const Tensor& logits, const std::vector<int64_t>& rows) const;
 
   Model* model_;
   ModelCache cache_;
