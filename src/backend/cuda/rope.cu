@@ -13,7 +13,7 @@
 //   3. writes each output element d (lane-strided, so shared-memory reads are
 //      conflict-free) from the staged values: x[d] normalised, then rotated with its partner
 //      (NeoX: d +- rot_dim / 2; GPT-J: d ^ 1).
-// Pass 3 reads only shared memory, so rotating in place needs no ordering between lanes.
+// Step 3 reads only shared memory, so rotating in place needs no ordering between lanes.
 // Pass-through dims (d >= rot_dim) are stored only when the norm changed them.
 //
 // Numerics follow cpu::rms_norm then cpu::rotary_embedding: inv_rms = 1 / sqrt(mean(x^2) +
@@ -144,7 +144,7 @@ __global__ void rotary_embedding_kernel(RopeArgs a) {
   const float* weight = is_key ? k_weight : q_weight;
   float* buf = smem + layout.heads + warp * round4(a.head_size);
 
-  // Pass 1: head -> buf (f32), sum of squares.
+  // Step 1: the head -> buf (f32), and its sum of squares.
   float sum_sq = 0.0f;
   for (int v = lane; v < a.head_size / kVec; v += kWarpSize) {
     const Pack<T, kVec> p = reinterpret_cast<const Pack<T, kVec>*>(x)[v];
@@ -169,26 +169,26 @@ __global__ void rotary_embedding_kernel(RopeArgs a) {
   if (norm) inv_rms = 1.0f / sqrtf(detail::warp_sum(sum_sq) / a.head_size + a.eps);
   __syncwarp();
 
-  // Pass 3: outputs from buf.
+  // Step 3: every output element from buf (lane-strided: conflict-free shared reads).
   auto value = [&](int d) { return norm ? (buf[d] * inv_rms) * weight[d] : buf[d]; };
-  const float* cos = cos_sin;
-  const float* sin = cos_sin + half;
+  const float* cos_row = cos_sin;
+  const float* sin_row = cos_sin + half;
   for (int d = lane; d < a.head_size; d += kWarpSize) {
     float out;
     if (d < a.rot_dim) {
       const float xd = value(d);
       if (a.is_neox) {
         if (d < half) {
-          out = xd * cos[d] - value(d + half) * sin[d];
+          out = xd * cos_row[d] - value(d + half) * sin_row[d];
         } else {
-          out = xd * cos[d - half] + value(d - half) * sin[d - half];
+          out = xd * cos_row[d - half] + value(d - half) * sin_row[d - half];
         }
       } else {
         const int i = d / 2;
         if ((d & 1) == 0) {
-          out = xd * cos[i] - value(d + 1) * sin[i];
+          out = xd * cos_row[i] - value(d + 1) * sin_row[i];
         } else {
-          out = xd * cos[i] + value(d - 1) * sin[i];
+          out = xd * cos_row[i] + value(d - 1) * sin_row[i];
         }
       }
     } else {
