@@ -83,9 +83,15 @@ if [ -x "$cuda_tests" ]; then
   timeout 300 "$cuda_tests" 2>&1 | tee "$out/cuda_tests.log" | tail -40
   summary+=("vllm_cuda_tests: $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_tests.log" | tr '\n' ' ')")
   if command -v compute-sanitizer >/dev/null; then
-    echo "== compute-sanitizer memcheck (strided, aliasing, long rows, many rows)"
+    echo "== compute-sanitizer memcheck (strided, aliasing, unaligned, long rows, many rows)"
+    memcheck_tests='NormCuda.StridedAndUnalignedSlices:NormCuda.OutputMayAliasInput:NormCuda.LongRows:NormCuda.ManyRows'
+    memcheck_tests+=':ElementwiseCuda.AddInplaceMatchesCpu:ElementwiseCuda.SplitQGateMatchesHostLoop'
+    memcheck_tests+=':ElementwiseCuda.GatherRowsMatchesHostLoop:ElementwiseCuda.ZeroSlotsZeroesOnlyTheListedSlots'
+    memcheck_tests+=':ElementwiseCuda.ConvertRoundsToNearestEven:RopeCuda.UnalignedRowsMatchCpu'
+    memcheck_tests+=':RopeCuda.QueryOnly3dWithInt32Positions:CacheCuda.*:GemmCuda.StridedOperandsMatchCpu'
+    memcheck_tests+=':GemmCuda.EmptyInnerDimensionWritesTheBias'
     timeout 240 compute-sanitizer --tool memcheck --leak-check no "$cuda_tests" \
-      --gtest_filter='NormCuda.StridedAndUnalignedSlices:NormCuda.OutputMayAliasInput:NormCuda.LongRows:NormCuda.ManyRows' \
+      --gtest_filter="$memcheck_tests" \
       2>&1 | tee "$out/memcheck.log" | tail -8
     summary+=("memcheck: $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)")
   fi
@@ -107,7 +113,7 @@ fi
 
 if [ -x "$cuda_tests" ]; then
   echo "== timings"
-  VLLM_BENCH=1 timeout 240 "$cuda_tests" --gtest_filter='NormCudaBench.*' 2>&1 |
+  VLLM_BENCH=1 timeout 240 "$cuda_tests" --gtest_filter='NormCudaBench.*:GemmCudaBench.*' 2>&1 |
     tee "$out/bench.log" | grep -E '^\|' >"$out/bench_table.txt"
 fi
 

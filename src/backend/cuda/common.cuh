@@ -17,6 +17,8 @@
 namespace vllm::cuda::detail {
 
 constexpr int kWarpSize = 32;
+// gridDim.y and gridDim.z are at most 65535; kernels that put rows there loop past it.
+constexpr int kMaxGridY = 65535;
 
 // ---- Device helpers ----------------------------------------------------------------------
 
@@ -102,6 +104,9 @@ Status check_same_dtype(std::string_view op, std::string_view arg, const Tensor&
                         const Tensor& like);
 // Fully contiguous.
 Status check_contiguous(std::string_view op, std::string_view arg, const Tensor& t);
+// check_cuda_tensor + on the same device as `like` (the op's first operand).
+Status check_same_device(std::string_view op, std::string_view arg, const Tensor& t,
+                         const Tensor& like);
 
 // A matrix view of a 1-D or 2-D-like tensor whose dims after the first are contiguous:
 // row r starts at data + r * row_stride elements (a column slice of a wider tensor is fine).
@@ -114,5 +119,7 @@ struct Rows {
 Expected<Rows> as_rows(std::string_view op, std::string_view arg, const Tensor& t);
 
 bool is_aligned(const void* ptr, size_t bytes);
+// Every row of `r` (elements of `element_size` bytes) starts on a `bytes` boundary.
+bool rows_aligned(const Rows& r, size_t element_size, size_t bytes);
 
 }  // namespace vllm::cuda::detail

@@ -24,6 +24,9 @@ class BlasContext {
   BlasContext(const BlasContext&) = delete;
   BlasContext& operator=(const BlasContext&) = delete;
 
+  // Matmul plans (descriptors + the heuristic's algorithm) cached so far; see gemm.cu.
+  size_t cached_plans() const;
+
   struct Impl;
   Impl* impl() const { return impl_.get(); }
 
@@ -35,7 +38,9 @@ class BlasContext {
 // x [M, K] F32/BF16 (row stride allowed); weight [N, K] contiguous, in x's dtype;
 // bias [N] (x's dtype or F32) or undefined; out [M, N] (row stride allowed) in x's dtype, or
 // F32 when x is BF16 (the lm_head's logits). f32 accumulation; F32 inputs use full-precision
-// f32 math (no TF32), so the F32 path matches the CPU op closely. M = 0 is a no-op.
+// f32 math (no TF32), so the F32 path matches the CPU op closely. M = 0 is a no-op; K = 0
+// writes the bias (or zeros), as cpu::linear does. The first call with a new shape, dtype or
+// pointer alignment queries cuBLASLt's heuristic (host time); later ones reuse its plan.
 Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Tensor& bias,
               Tensor& out, cudaStream_t stream);
 
