@@ -88,4 +88,18 @@ bool is_aligned(const void* ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
+Status check_param(std::string_view op, std::string_view arg, const Tensor& t) {
+  VLLM_RETURN_IF_ERROR(check_cuda_tensor(op, arg, t, {DType::kF32, DType::kBF16, DType::kF16}));
+  return check_contiguous(op, arg, t);
+}
+
+Status check_same_device(std::string_view op, std::string_view arg, const Tensor& t,
+                         const Tensor& like) {
+  if (t.device() != like.device()) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: {} is on {}, expected {} with the input",
+                      op, arg, t.device().to_string(), like.device().to_string());
+  }
+  return Status::ok();
+}
+
 }  // namespace vllm::cuda::detail
