@@ -88,6 +88,20 @@ if [ -x "$cuda_tests" ]; then
       --gtest_filter='NormCuda.StridedAndUnalignedSlices:NormCuda.OutputMayAliasInput:NormCuda.LongRows:NormCuda.ManyRows' \
       2>&1 | tee "$out/memcheck.log" | tail -8
     summary+=("memcheck: $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)")
+    echo "== compute-sanitizer memcheck + racecheck (GDN small shapes, padding, aliasing)"
+    # racecheck reports hazards in its own summary line; --error-exitcode catches either tool.
+    for tool in memcheck racecheck; do
+      filter='GdnCuda.*Small*:GdnCuda.*Padding*:GdnCuda.ConvOutputMayAliasInput'
+      [ "$tool" = racecheck ] && filter='GdnCuda.RulePaddingRequestWritesZerosAndNoState'
+      # Logged in the build folder and appended to memcheck.log ($OUT holds at most 8 files).
+      timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 99 "$cuda_tests" \
+        --gtest_filter="$filter" 2>&1 | tee "$build/${tool}_gdn.log" | tail -8
+      rc=${PIPESTATUS[0]}
+      cat "$build/${tool}_gdn.log" >>"$out/memcheck.log"
+      line=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$build/${tool}_gdn.log" | tail -1)
+      [ "$rc" -ne 0 ] && line="FAILED (exit $rc) $line"
+      summary+=("$tool gdn: $line")
+    done
   fi
   if command -v cuobjdump >/dev/null; then
     cuobjdump --dump-sass "$build/src/backend/cuda/libvllm_backend_cuda.a" >"$out/norm_sass.txt" 2>&1
@@ -107,7 +121,7 @@ fi
 
 if [ -x "$cuda_tests" ]; then
   echo "== timings"
-  VLLM_BENCH=1 timeout 240 "$cuda_tests" --gtest_filter='NormCudaBench.*' 2>&1 |
+  VLLM_BENCH=1 timeout 240 "$cuda_tests" --gtest_filter='NormCudaBench.*:GdnCudaBench.*' 2>&1 |
     tee "$out/bench.log" | grep -E '^\|' >"$out/bench_table.txt"
 fi
 
