@@ -18,6 +18,7 @@ namespace vllm::cuda_test {
 
 constexpr double kRooflineTBs = 4.3;       // H200 device copy bandwidth, measured
 constexpr double kRooflineTflops = 790.0;  // H200 dense BF16, measured
+constexpr double kHbmRooflineGBs = kRooflineTBs * 1000.0;
 
 inline bool bench_enabled() {
   const char* v = std::getenv("VLLM_BENCH");

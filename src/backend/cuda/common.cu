@@ -103,4 +103,9 @@ bool rows_aligned(const Rows& r, size_t element_size, size_t bytes) {
   return r.rows <= 1 || (static_cast<size_t>(r.row_stride) * element_size) % bytes == 0;
 }
 
+Status check_param(std::string_view op, std::string_view arg, const Tensor& t) {
+  VLLM_RETURN_IF_ERROR(check_cuda_tensor(op, arg, t, {DType::kF32, DType::kBF16, DType::kF16}));
+  return check_contiguous(op, arg, t);
+}
+
 }  // namespace vllm::cuda::detail

@@ -92,6 +92,26 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A small parameter vector (conv taps, per-head constants, norm weights) whose dtype is
+// known only at run time: F32, BF16 or F16. Kernels read such vectors a few times per
+// thread, so one switch per load costs less than a template instantiation per dtype.
+struct ParamVec {
+  const void* data = nullptr;  // nullptr: every element reads as 0 (an absent bias)
+  DType dtype = DType::kF32;
+};
+
+__device__ __forceinline__ float load_param(const ParamVec& p, int64_t i) {
+  if (p.data == nullptr) return 0.0f;
+  switch (p.dtype) {
+    case DType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p.data)[i]);
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(p.data)[i]);
+    default:
+      return static_cast<const float*>(p.data)[i];
+  }
+}
+
 // ---- Host-side checks (messages name the op and the argument) --------------------------
 
 // Defined, on a CUDA device.
@@ -121,5 +141,11 @@ Expected<Rows> as_rows(std::string_view op, std::string_view arg, const Tensor& 
 bool is_aligned(const void* ptr, size_t bytes);
 // Every row of `r` (elements of `element_size` bytes) starts on a `bytes` boundary.
 bool rows_aligned(const Rows& r, size_t element_size, size_t bytes);
+
+// check_cuda_tensor + dtype F32/BF16/F16 + contiguous: a ParamVec's tensor.
+Status check_param(std::string_view op, std::string_view arg, const Tensor& t);
+inline ParamVec as_param(const Tensor& t) {
+  return t.defined() ? ParamVec{t.data_ptr(), t.dtype()} : ParamVec{};
+}
 
 }  // namespace vllm::cuda::detail

@@ -6,6 +6,11 @@
 // state_indices[r]. The conv and recurrent states are F32; activations F32 or BF16; g and
 // beta F32. Each op reads the slot as left by the request's previous tokens and writes it
 // back, so a prefill in chunks equals one call. Slots of one batch are distinct.
+//
+// The batch's values stay on the device and are not validated by the host. A request whose
+// slot is outside [0, num_slots) -- padding rows use -1 -- reads and writes no state and gets
+// zero outputs; row bounds outside [0, T] are clamped. No batch value makes a kernel access
+// memory out of bounds. Implementations: gdn_conv.cu, gdn_rule.cu, gdn.cu (the rest).
 #pragma once
 
 #include <cuda_runtime_api.h>
