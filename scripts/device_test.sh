@@ -6,10 +6,11 @@
 #   bash scripts/device_test.sh OUT_DIR [gtest filter for the CUDA tests]
 #
 # The machine needs nvcc, CMake and ninja. It may have no network and no Debian -dev packages:
-# the packages the build needs can come as .deb files in .debs/ (scripts/fetch_device_debs.sh
-# downloads them on a Debian 12 machine); they are unpacked with `dpkg -x` into a private
-# prefix, never into /, found through CMAKE_PREFIX_PATH, and their shared libraries reach the
-# test binaries through LD_LIBRARY_PATH only. Without .debs/ the system's packages are used.
+# the packages the build needs can come packed in .debs/prefix.tar.xz
+# (scripts/fetch_device_debs.sh makes it on a Debian 12 machine); it is unpacked into a
+# private prefix, never into /, found through CMAKE_PREFIX_PATH, and its shared libraries
+# reach the test binaries through LD_LIBRARY_PATH only. Without it the system's packages are
+# used.
 #
 # Logs go to OUT_DIR (build.log, cuda_tests.log, unit_tests.log, summary.txt). Exits non-zero
 # when the build fails, a test fails or crashes, or a stage times out.
@@ -37,19 +38,11 @@ nvcc --version | tail -2 || true
 
 cmake_extra=()
 run_path=""
-if ls .debs/*.deb >/dev/null 2>&1; then
-  if [ ! -f "$prefix/.unpacked" ]; then
+if [ -f .debs/prefix.tar.xz ]; then
+  if [ ! -f "$prefix/.unpacked" ] || [ .debs/prefix.tar.xz -nt "$prefix/.unpacked" ]; then
     rm -rf "$prefix" && mkdir -p "$prefix"
-    for deb in .debs/*.deb; do
-      if command -v dpkg-deb >/dev/null; then
-        dpkg -x "$deb" "$prefix"
-      else  # a .deb is an ar archive holding data.tar.*
-        tmp="$(mktemp -d)"
-        (cd "$tmp" && ar x "$root/$deb" && tar -xf data.tar.* -C "$prefix")
-        rm -rf "$tmp"
-      fi
-    done
-    # Packages that link to absolute paths (libz.so -> /lib/...): point those into the prefix.
+    tar xJf .debs/prefix.tar.xz -C "$prefix"
+    # Links to absolute paths (libz.so -> /lib/...) point into the prefix instead.
     find "$prefix" -type l -lname '/*' | while read -r link; do
       ln -sfn "$prefix$(readlink "$link")" "$link"
     done
@@ -57,7 +50,7 @@ if ls .debs/*.deb >/dev/null 2>&1; then
   fi
   libdir="$prefix/usr/lib/x86_64-linux-gnu"
   blasdir="$libdir/openblas-pthread"
-  run_path="$libdir:$blasdir:$prefix/lib/x86_64-linux-gnu"
+  run_path="$libdir:$blasdir"
   cmake_extra=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_LIBRARY_PATH="$blasdir;$libdir"
                -DBLA_VENDOR=OpenBLAS -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$run_path"
                -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$run_path"
