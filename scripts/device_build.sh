@@ -88,6 +88,11 @@ if [ -x "$cuda_tests" ]; then
       --gtest_filter='NormCuda.StridedAndUnalignedSlices:NormCuda.OutputMayAliasInput:NormCuda.LongRows:NormCuda.ManyRows' \
       2>&1 | tee "$out/memcheck.log" | tail -8
     summary+=("memcheck: $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)")
+    echo "== compute-sanitizer memcheck (attention: strided, broken device inputs)"
+    timeout 240 compute-sanitizer --tool memcheck --leak-check no "$cuda_tests" \
+      --gtest_filter='AttentionCuda.StridedQueryAndOutput:AttentionCuda.BrokenDeviceInputsGiveNanRows' \
+      2>&1 | tee "$out/memcheck_attention.log" | tail -8
+    summary+=("memcheck attention: $(grep -E 'ERROR SUMMARY' "$out/memcheck_attention.log" | tail -1)")
   fi
   if command -v cuobjdump >/dev/null; then
     cuobjdump --dump-sass "$build/src/backend/cuda/libvllm_backend_cuda.a" >"$out/norm_sass.txt" 2>&1
@@ -107,7 +112,7 @@ fi
 
 if [ -x "$cuda_tests" ]; then
   echo "== timings"
-  VLLM_BENCH=1 timeout 240 "$cuda_tests" --gtest_filter='NormCudaBench.*' 2>&1 |
+  VLLM_BENCH=1 timeout 240 "$cuda_tests" --gtest_filter='NormCudaBench.*:AttentionCudaBench.*' 2>&1 |
     tee "$out/bench.log" | grep -E '^\|' >"$out/bench_table.txt"
 fi
 

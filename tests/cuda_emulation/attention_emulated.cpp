@@ -1,0 +1,46 @@
+// vllm::cuda::paged_attention built for the CPU: the op entry (attention.cu) and the kernel
+// source (attention_tiled.cuh) compiled by the host compiler, with the three launchers
+// running the kernels in the emulator (emulator.h) over host memory that the test labels as
+// CUDA tensors. Only for the vllm_cuda_emulation_tests binary, which links no CUDA code.
+// clang-format off
+#include "emulator.h"  // first: the CUDA builtins the sources below use
+#include "backend/cuda/attention.cu"
+#include "backend/cuda/attention_tiled.cuh"
+#include "backend/cuda/common.cu"
+// clang-format on
+
+namespace vllm::cuda {
+
+// No device to select: the emulated kernels read host memory.
+DeviceGuard::DeviceGuard(Device) {}
+DeviceGuard::~DeviceGuard() = default;
+
+namespace detail {
+
+// The kernels' `extern __shared__ smem[]` (the largest tile uses ~110 KB).
+alignas(16) unsigned char smem[227 * 1024];
+
+template <typename T, int D>
+Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaStream_t) {
+  emu::launch(small_grid(args, num_requests), kAttnThreads, smem, AttnTile<T, D, true>::kSmemBytes,
+              [&] { tiled_attention_kernel<T, D, true>(args); });
+  return Status::ok();
+}
+
+template <typename T, int D>
+Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaStream_t) {
+  emu::launch(large_grid<T, D>(args, num_requests), kAttnThreads, smem,
+              AttnTile<T, D, false>::kSmemBytes,
+              [&] { tiled_attention_kernel<T, D, false>(args); });
+  return Status::ok();
+}
+
+template <typename T, int D>
+Status launch_attention_combine(const AttentionArgs& args, int num_requests, cudaStream_t) {
+  emu::launch(combine_grid(args, num_requests), kAttnThreads, smem, kCombineSmemBytes,
+              [&] { combine_splits_kernel<T, D>(args); });
+  return Status::ok();
+}
+
+}  // namespace detail
+}  // namespace vllm::cuda
