@@ -96,7 +96,7 @@ if [ -x "$cuda_tests" ]; then
   fi
   if command -v cuobjdump >/dev/null; then
     cuobjdump --dump-sass "$build/src/backend/cuda/libvllm_backend_cuda.a" >"$out/norm_sass.txt" 2>&1
-    summary+=("SASS: $(grep -c 'LDG.E.128' "$out/norm_sass.txt") LDG.E.128, $(grep -c 'STG.E.128' "$out/norm_sass.txt") STG.E.128, $(grep -cE '\bLDL|\bSTL' "$out/norm_sass.txt") local-memory ops")
+    summary+=("SASS: $(grep -c 'LDG.E.128' "$out/norm_sass.txt") LDG.E.128, $(grep -c 'STG.E.128' "$out/norm_sass.txt") STG.E.128, $(grep -c 'HMMA' "$out/norm_sass.txt") HMMA, $(grep -cE '\bLDL|\bSTL' "$out/norm_sass.txt") local-memory ops")
   fi
 else
   summary+=("vllm_cuda_tests: did not build (see build.log)")

@@ -132,16 +132,23 @@ class AttentionCuda : public ::testing::Test {
 TEST_F(AttentionCuda, MatchesCpu) {
   for (const AttnCase& c : parity_cases()) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
-      SCOPED_TRACE(describe(c, dtype));
       HostBatch b = make_batch(c, dtype, rng_);
       Tensor ref = cpu_reference(b, c);
       DeviceBatch d = to_device(b, c, c.workspace);
-      Status s = cuda::paged_attention(d.query, d.kv_cache, d.block_tables, d.params, d.workspace,
-                                       d.out, nullptr);
-      ASSERT_TRUE(s.is_ok()) << s.to_string();
-      auto out = cuda::copy_to_host(d.out);
-      ASSERT_TRUE(out) << out.status().to_string();
-      EXPECT_TRUE(relative_l2(to_f32(*out), ref, tolerance(dtype)));
+      // BF16 prefill: the tensor-core kernel and the CUDA-core one.
+      for (bool tensor_cores : {true, false}) {
+        if (dtype == DType::kF32 && !tensor_cores) continue;
+        SCOPED_TRACE(describe(c, dtype) + (tensor_cores ? "" : " (CUDA cores)"));
+        auto poison = cuda::copy_into_device(fill_nan(b.query.shape(), dtype), d.out);
+        ASSERT_TRUE(poison.is_ok()) << poison.to_string();
+        d.params.tensor_cores = tensor_cores;
+        Status s = cuda::paged_attention(d.query, d.kv_cache, d.block_tables, d.params, d.workspace,
+                                         d.out, nullptr);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        auto out = cuda::copy_to_host(d.out);
+        ASSERT_TRUE(out) << out.status().to_string();
+        EXPECT_TRUE(relative_l2(to_f32(*out), ref, tolerance(dtype)));
+      }
     }
   }
 }

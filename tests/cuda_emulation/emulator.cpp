@@ -2,6 +2,8 @@
 // that detect threads which never arrive.
 #include "emulator.h"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -57,6 +59,7 @@ struct Block {
         start(threads, "block start"),
         end(threads, "block end (some threads are still inside a barrier)"),
         values(threads),
+        words(threads),
         predicates(threads) {
     for (unsigned w = 0; w < threads / kWarpSize; ++w) {
       warps.push_back(std::make_unique<Barrier>(kWarpSize, "warp shuffle"));
@@ -66,8 +69,9 @@ struct Block {
   Barrier start;
   Barrier end;
   std::vector<std::unique_ptr<Barrier>> warps;
-  std::vector<float> values;    // shuffle exchange, one per thread
-  std::vector<int> predicates;  // __syncthreads_or
+  std::vector<float> values;                    // shuffle exchange, one per thread
+  std::vector<std::array<uint32_t, 16>> words;  // warp_exchange, one row per thread
+  std::vector<int> predicates;                  // __syncthreads_or
 };
 
 thread_local ThreadState t_state;
@@ -106,6 +110,18 @@ float shfl_xor(float value, int lane_mask) {
   return result;
 }
 
+void warp_exchange(const uint32_t* words, int count, uint32_t (*all)[16]) {
+  Block& block = *t_block;
+  const unsigned tid = t_state.thread_idx.x;
+  const unsigned warp = tid / kWarpSize;
+  std::copy_n(words, count, block.words[tid].begin());
+  block.warps[warp]->wait();
+  for (unsigned lane = 0; lane < kWarpSize; ++lane) {
+    std::copy_n(block.words[warp * kWarpSize + lane].begin(), count, all[lane]);
+  }
+  block.warps[warp]->wait();
+}
+
 void launch(dim3 grid, unsigned threads, unsigned char* shared, size_t shared_bytes,
             const std::function<void()>& kernel) {
   if (threads == 0 || threads % kWarpSize != 0) {
@@ -140,3 +156,40 @@ void launch(dim3 grid, unsigned threads, unsigned char* shared, size_t shared_by
 }
 
 }  // namespace vllm::emu
+
+namespace vllm::cuda::detail {
+
+// mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 from the PTX ISA's fragment tables (see
+// src/backend/cuda/mma.cuh): every lane gathers the warp's A and B fragments and computes
+// its own four accumulators.
+void emulated_mma_m16n8k16_bf16(float* c, const uint32_t* a, const uint32_t* b) {
+  const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  uint32_t all[32][16];
+  emu::warp_exchange(mine, 6, all);
+  auto bf16 = [](uint32_t word, int high) {
+    return __uint_as_float(high != 0 ? word & 0xffff0000u : word << 16);
+  };
+  // A[row][k]: lane (row % 8) * 4 + (k % 8) / 2, register (row >= 8) + 2 * (k >= 8).
+  auto a_at = [&](int row, int k) {
+    const int lane = (row % 8) * 4 + (k % 8) / 2;
+    const int reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return bf16(all[lane][reg], k & 1);
+  };
+  // B[k][col]: lane col * 4 + (k % 8) / 2, register 4 + (k >= 8).
+  auto b_at = [&](int k, int col) {
+    const int lane = col * 4 + (k % 8) / 2;
+    return bf16(all[lane][4 + (k >= 8 ? 1 : 0)], k & 1);
+  };
+  const unsigned lane = emu::state().thread_idx.x % 32;
+  const int g = static_cast<int>(lane / 4);
+  const int t = static_cast<int>(lane % 4);
+  for (int i = 0; i < 4; ++i) {
+    const int row = i < 2 ? g : g + 8;
+    const int col = 2 * t + (i & 1);
+    float sum = c[i];
+    for (int k = 0; k < 16; ++k) sum += a_at(row, k) * b_at(k, col);
+    c[i] = sum;
+  }
+}
+
+}  // namespace vllm::cuda::detail

@@ -10,10 +10,15 @@
 //
 // Include this before any CUDA kernel source: it defines the CUDA builtins the kernels use
 // (threadIdx, blockIdx, blockDim, gridDim, __syncthreads, __syncthreads_or,
-// __shfl_xor_sync, __int_as_float, __uint_as_float, min). What it does not model: the
+// __shfl_xor_sync, __int_as_float, __uint_as_float, min) and VLLM_CUDA_EMULATION, which
+// routes mma.cuh's tensor-core product to an emulation from the PTX ISA's fragment tables
+// (emulated_mma_m16n8k16_bf16, f32 sums of exact bf16 products). What it does not model: the
 // memory model between blocks (blocks are sequential), warp-synchronous code without
 // shuffles, timing.
 #pragma once
+
+// Device code's hooks into the emulator (mma.cuh's tensor-core product).
+#define VLLM_CUDA_EMULATION 1
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -41,6 +46,9 @@ ThreadState& state();
 void syncthreads();
 int syncthreads_or(int predicate);
 float shfl_xor(float value, int lane_mask);
+// The calling warp's 32 lanes each contribute `words` and receive all lanes' words
+// ([lane][word], words <= 16). Every lane of the warp must call it.
+void warp_exchange(const uint32_t* words, int count, uint32_t (*all)[16]);
 
 // Runs kernel() as grid x threads CUDA threads (1-D blocks, threads a multiple of 32) with
 // `shared` as the dynamic shared memory (its first shared_bytes bytes poisoned per block).

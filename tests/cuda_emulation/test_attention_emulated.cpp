@@ -31,7 +31,8 @@ Tensor as_cuda(const Tensor& host) {
 
 // Runs the op on `b` (emulated) and returns its output; `max_seq_len` overrides the host
 // bound when positive.
-Tensor run_emulated(const cuda_test::HostBatch& b, const AttnCase& c, int32_t max_seq_len = 0) {
+Tensor run_emulated(const cuda_test::HostBatch& b, const AttnCase& c, bool tensor_cores = true,
+                    int32_t max_seq_len = 0) {
   Tensor out = cuda_test::fill_nan(b.query.shape(), b.query.dtype());
   Tensor starts = cuda_test::i32_tensor(b.query_start_loc);
   Tensor seq_lens = cuda_test::i32_tensor(b.seq_lens);
@@ -41,6 +42,7 @@ Tensor run_emulated(const cuda_test::HostBatch& b, const AttnCase& c, int32_t ma
   params.max_query_len = b.max_query_len;
   params.max_seq_len = max_seq_len > 0 ? max_seq_len : b.max_seq_len;
   params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  params.tensor_cores = tensor_cores;
   const size_t bytes = cuda::paged_attention_workspace_size(
       static_cast<int64_t>(b.seq_lens.size()), c.kv_heads, c.head_dim, params.max_seq_len);
   Tensor workspace_host, workspace;
@@ -70,6 +72,7 @@ std::vector<AttnCase> emulated_cases() {
       // Chunked prefill from cached KV, and a mixed batch.
       {"chunked 37 at 300", {37}, {300}, 1, 3, 128, 32},
       {"mixed D=256", {1, 20, 1}, {520, 20, 9}, 1, 2, 256, 16},
+      {"chunked D=256 G=4", {33}, {90}, 1, 4, 256, 16},
   };
 }
 
@@ -77,10 +80,15 @@ TEST(AttentionEmulated, MatchesCpu) {
   std::mt19937 rng(424242);
   for (const AttnCase& c : emulated_cases()) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
-      SCOPED_TRACE(cuda_test::describe(c, dtype));
       cuda_test::HostBatch b = cuda_test::make_batch(c, dtype, rng);
       Tensor ref = cuda_test::cpu_reference(b, c);
-      EXPECT_TRUE(cuda_test::relative_l2(run_emulated(b, c), ref, tolerance(dtype)));
+      // BF16 prefill: the tensor-core kernel and the CUDA-core one.
+      for (bool tensor_cores : {true, false}) {
+        if (dtype == DType::kF32 && !tensor_cores) continue;
+        SCOPED_TRACE(cuda_test::describe(c, dtype) + (tensor_cores ? "" : " (CUDA cores)"));
+        EXPECT_TRUE(
+            cuda_test::relative_l2(run_emulated(b, c, tensor_cores), ref, tolerance(dtype)));
+      }
     }
   }
 }
@@ -97,7 +105,7 @@ TEST(AttentionEmulated, BrokenDeviceInputsGiveNanRows) {
   broken.seq_lens[1] = 1000;  // past max_seq_len = 900 below
   broken.block_tables.data<int32_t>()[2 * broken.block_tables.size(1) + 3] = static_cast<int32_t>(
       b.kv_cache.size(0) + 7);  // outside the cache, inside request 2's context
-  Tensor got = run_emulated(broken, c, 900);
+  Tensor got = run_emulated(broken, c, true, 900);
   EXPECT_TRUE(cuda_test::relative_l2(got.slice(0, 0, 1).clone(), ref.slice(0, 0, 1).clone(), 1e-5));
   int64_t not_nan = 0;
   for (int64_t i = got.size(1); i < got.numel(); ++i) {

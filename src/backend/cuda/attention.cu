@@ -246,6 +246,7 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   args.max_query_len = params.max_query_len;
   args.max_seq_len = params.max_seq_len;
   args.scale_log2 = params.scale * kLog2e;
+  args.tensor_cores = params.tensor_cores;
   args.num_splits = plan.num_splits;
   args.split_chunk = plan.chunk;
   if (plan.num_splits > 1) {

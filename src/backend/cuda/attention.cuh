@@ -31,6 +31,10 @@ struct PagedAttentionParams {
   int32_t max_query_len = 0;  // host-known bounds, for the grid: every q_len <= max_query_len
   int32_t max_seq_len = 0;    // and every seq_len <= max_seq_len
   float scale = 1.0f;         // usually 1 / sqrt(head_dim)
+  // BF16 prefill (requests with more than 16 query rows per kv head) on tensor cores;
+  // false runs the CUDA-core kernel instead (kept to compare against). F32 and decode
+  // always use CUDA cores.
+  bool tensor_cores = true;
 };
 
 // query [T, Hq * D] (row stride allowed) or contiguous [T, Hq, D]; kv_cache

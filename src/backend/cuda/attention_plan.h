@@ -96,11 +96,14 @@ struct AttentionArgs {
   int32_t split_chunk = 1;
   float* partial_o = nullptr;
   float* partial_ml = nullptr;
+  // Host-side launch choice: BF16 prefill blocks on tensor cores (attention_mma.cuh).
+  bool tensor_cores = false;
 };
 
 // Launchers, one instantiation per storage type (float, __nv_bfloat16) and head dim.
 // Small: every request's small block(s), grid (num_splits, Hk, R); requests with more rows
-// return at once. Large: grid (q_tiles, Hk, R) over the requests the small kernel skips.
+// return at once. Large: grid (q_tiles, Hk, R) over the requests the small kernel skips
+// (on tensor cores for BF16 when args.tensor_cores).
 // Combine: merges the chunks of split small blocks, grid (Hk, R).
 template <typename T, int D>
 Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaStream_t stream);

@@ -186,11 +186,12 @@ __device__ void fill_nan_rows(const AttentionArgs& a, const RequestView& req, in
 // Issues the cp.async copies of keys [k0, k0 + kKeys) of kv head kh into one stage (K tile,
 // then V tile). Keys at or past k_end are zero-filled without reading. A block id outside
 // [0, num_blocks) is not read either; it sets `bad`, which turns the block's output to NaN.
-template <typename T, int D, bool kSmall>
+// Tile: kKeys keys per tile, rows of kKvStride elements, the V tile kKvTileElems after K.
+template <typename T, int D, typename Tile>
 __device__ __forceinline__ void load_kv_tile(const AttentionArgs& a, const int32_t* table, int kh,
                                              int k0, int k_end, T* k_dst, bool& bad) {
-  using Tile = AttnTile<T, D, kSmall>;
-  constexpr int kChunks = D / Tile::kVec;  // 16-byte chunks per key row
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunks = D / kVec;  // 16-byte chunks per key row
   const T* cache = static_cast<const T*>(a.kv_cache);
   const int64_t row_elems = static_cast<int64_t>(a.num_kv_heads) * D;
   const int block_size = 1 << a.block_size_log2;
@@ -208,14 +209,14 @@ __device__ __forceinline__ void load_kv_tile(const AttentionArgs& a, const int32
       const int32_t block = table[j >> a.block_size_log2];
       if (block >= 0 && block < a.num_blocks) {
         const int64_t slot = static_cast<int64_t>(block) * 2 * block_size + (j & (block_size - 1));
-        k_src = cache + slot * row_elems + static_cast<int64_t>(kh) * D + col * Tile::kVec;
+        k_src = cache + slot * row_elems + static_cast<int64_t>(kh) * D + col * kVec;
         bytes = 16;
       } else {
         bad = true;
       }
     }
     const T* v_src = bytes != 0 ? k_src + block_size * row_elems : cache;
-    const int dst = key * Tile::kKvStride + col * Tile::kVec;
+    const int dst = key * Tile::kKvStride + col * kVec;
     cp_async_16(k_dst + dst, k_src, bytes);
     cp_async_16(v_dst + dst, v_src, bytes);
   }
@@ -276,7 +277,7 @@ __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const Att
 
   // Start the first K/V tile's copy, then fill the Q tile while it is in flight.
   bool bad = false;
-  load_kv_tile<T, D, kSmall>(a, table, kh, k_begin, k_end, kv_s, bad);
+  load_kv_tile<T, D, Tile>(a, table, kh, k_begin, k_end, kv_s, bad);
   cp_async_commit();
   {
     const T* query = static_cast<const T*>(a.query);
@@ -336,8 +337,8 @@ __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const Att
     cp_async_wait_all();
     __syncthreads();  // A: tile it (and at it == 0 the Q tile) visible; tile it - 1 done
     if (it + 1 < num_tiles) {
-      load_kv_tile<T, D, kSmall>(a, table, kh, k0 + kKeys, k_end,
-                                 kv_s + ((it + 1) % kAttnStages) * 2 * Tile::kKvTileElems, bad);
+      load_kv_tile<T, D, Tile>(a, table, kh, k0 + kKeys, k_end,
+                               kv_s + ((it + 1) % kAttnStages) * 2 * Tile::kKvTileElems, bad);
       cp_async_commit();
     }
 

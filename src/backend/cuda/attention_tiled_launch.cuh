@@ -1,7 +1,13 @@
-// Launchers of the tiled paged-attention kernels (attention_tiled.cuh) and the macro that
-// instantiates them for one storage type and head dim (attention_f32.cu, attention_bf16.cu).
+// Launchers of the paged-attention kernels (attention_tiled.cuh, attention_mma.cuh) and the
+// macro that instantiates them for one storage type and head dim (attention_f32.cu,
+// attention_bf16.cu).
 #pragma once
 
+#include <cuda_bf16.h>
+
+#include <type_traits>
+
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_tiled.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -25,6 +31,16 @@ Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaS
 
 template <typename T, int D>
 Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (args.tensor_cores) {
+      auto* kernel = &mma_prefill_kernel<D>;
+      VLLM_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MmaTile<D>::kSmemBytes));
+      kernel<<<mma_grid<D>(args, num_requests), kAttnThreads, MmaTile<D>::kSmemBytes, stream>>>(
+          args);
+      return check_launch("paged_attention tensor-core prefill kernel");
+    }
+  }
   return launch_tiled<T, D, false>(args, large_grid<T, D>(args, num_requests), stream,
                                    "paged_attention prefill kernel");
 }
