@@ -1,11 +1,13 @@
 // vllm::cuda::paged_attention built for the CPU: the op entry (attention.cu) and the kernel
-// source (attention_tiled.cuh) compiled by the host compiler, with the three launchers
-// running the kernels in the emulator (emulator.h) over host memory that the test labels as
-// CUDA tensors (the launchers choose the kernels as attention_tiled_launch.cuh does).
-// Only for the vllm_cuda_emulation_tests binary, which links no CUDA code.
+// sources (attention_tiled.cuh, attention_mma.cuh, attention_combine.cuh) compiled by the
+// host compiler, with the three launchers running the kernels in the emulator (emulator.h)
+// over host memory that the test labels as CUDA tensors (the launchers choose the kernels as
+// attention_tiled_launch.cuh does). Only for the vllm_cuda_emulation_tests binary, which
+// links no CUDA code.
 // clang-format off
 #include "emulator.h"  // first: the CUDA builtins the sources below use
 #include "backend/cuda/attention.cu"
+#include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_tiled.cuh"
 #include "backend/cuda/common.cu"

@@ -1,8 +1,9 @@
 // The paged-attention op entry: checks every argument on the host before any CUDA call,
-// plans the key split (attention_plan.h) and launches the kernels of attention_tiled.cuh
-// for the tensor's dtype and head dim: the small-query kernel (always: decode rows, and NaN
-// for requests that break the bounds), the split combine (when keys were split) and the
-// prefill kernel (when some request has more than kSmallRows query rows).
+// plans the key split (attention_plan.h) and launches the kernels for the tensor's dtype and
+// head dim: the small-query kernel (always: decode rows, and NaN for requests that break the
+// bounds), the split combine (when keys were split) and the prefill kernel (when some
+// request has more than kSmallRows query rows; attention_mma.cuh for BF16 unless
+// params.tensor_cores is off, attention_tiled.cuh otherwise).
 #include <cuda_bf16.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 // BF16 paged-attention prefill on tensor cores (mma.sync m16n8k16, f32 accumulation): the
 // large-block counterpart of attention_tiled.cuh for BF16, same work split and masking (see
-// there), with the two products on tensor cores and the softmax in the accumulators' layout.
+// there; shared pieces in attention_common.cuh), with the two products on tensor cores and the
+// softmax in the accumulators' layout.
 //
 // Block: 4 warps, 64 query rows (16 per warp: one m16 block each), one kv head, keys in
 // tiles of kKeys. Pipeline per tile:
@@ -26,7 +27,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/attention_tiled.cuh"
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/mma.cuh"
 
 namespace vllm::cuda::detail {

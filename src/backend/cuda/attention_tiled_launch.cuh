@@ -1,12 +1,13 @@
-// Launchers of the paged-attention kernels (attention_tiled.cuh, attention_mma.cuh) and the
-// macro that instantiates them for one storage type and head dim (attention_f32.cu,
-// attention_bf16.cu).
+// Launchers of the paged-attention kernels (attention_tiled.cuh, attention_mma.cuh,
+// attention_combine.cuh) and the macro that instantiates them for one storage type and head
+// dim (attention_f32.cu, attention_bf16.cu).
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <type_traits>
 
+#include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_tiled.cuh"
 #include "backend/cuda/runtime.h"
