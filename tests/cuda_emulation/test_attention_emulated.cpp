@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -89,6 +90,57 @@ TEST(AttentionEmulated, MatchesCpu) {
         EXPECT_TRUE(
             cuda_test::relative_l2(run_emulated(b, c, tensor_cores), ref, tolerance(dtype)));
       }
+    }
+  }
+}
+
+// Row-strided query (the q columns of a fused qkv buffer) and output (a column slice of a
+// wider buffer whose other columns must stay NaN), through both prefill kernels.
+TEST(AttentionEmulated, StridedQueryAndOutput) {
+  std::mt19937 rng(99);
+  const AttnCase c{"strided", {1, 20}, {300, 90}, 1, 4, 64, 16};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(cuda_test::describe(c, dtype));
+    cuda_test::HostBatch b = cuda_test::make_batch(c, dtype, rng);
+    Tensor ref = cuda_test::cpu_reference(b, c);
+    const int64_t tokens = b.query.size(0), width = b.query.size(1);
+    const int64_t fused_width = width + 2 * c.kv_heads * c.head_dim;
+    Tensor fused = cuda_test::fill_nan({tokens, fused_width}, dtype);
+    const size_t elem = dtype_size(dtype);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::memcpy(static_cast<char*>(fused.data_ptr()) + t * fused_width * elem,
+                  static_cast<const char*>(b.query.data_ptr()) + t * width * elem, width * elem);
+    }
+    Tensor out_big = cuda_test::fill_nan({tokens, width + 16}, dtype);
+    Tensor starts = cuda_test::i32_tensor(b.query_start_loc);
+    Tensor seq_lens = cuda_test::i32_tensor(b.seq_lens);
+    cuda::PagedAttentionParams params;
+    params.query_start_loc = as_cuda(starts);
+    params.seq_lens = as_cuda(seq_lens);
+    params.max_query_len = b.max_query_len;
+    params.max_seq_len = b.max_seq_len;
+    params.scale = 0.125f;
+    for (bool tensor_cores : {true, false}) {
+      params.tensor_cores = tensor_cores;
+      Tensor q_view = as_cuda(fused).slice(1, 0, width);
+      Tensor out_view = as_cuda(out_big).slice(1, 8, 8 + width);
+      Tensor workspace;
+      Status s = cuda::paged_attention(q_view, as_cuda(b.kv_cache), as_cuda(b.block_tables), params,
+                                       workspace, out_view, nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      Tensor got = cuda_test::to_f32(out_big);
+      EXPECT_TRUE(
+          cuda_test::relative_l2(got.slice(1, 8, 8 + width).clone(), ref, tolerance(dtype)));
+      int64_t written_outside = 0;
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t col = 0; col < width + 16; ++col) {
+          if ((col < 8 || col >= 8 + width) &&
+              !std::isnan(got.data<float>()[t * (width + 16) + col])) {
+            ++written_outside;
+          }
+        }
+      }
+      EXPECT_EQ(written_outside, 0);
     }
   }
 }
