@@ -90,6 +90,55 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return v;
 }
 
+// ---- 16-byte accesses and asynchronous copies into shared memory -------------------------
+
+// The 16 bytes at `p` (16-byte aligned) as floats: 4 F32 or 8 BF16 values.
+__device__ __forceinline__ void load16_as_float(const float* p, float* out) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
+}
+__device__ __forceinline__ void load16_as_float(const __nv_bfloat16* p, float* out) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // element 2i is the low half of word i
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// Copies 16 bytes from global `src` to shared `dst` (both 16-byte aligned) without staging
+// them in registers (sm_80+; a plain copy on older GPUs). src_bytes 0: reads nothing and
+// zero-fills dst (src must still be a valid address value). Completes at cp_async_wait_all.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto dst_addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_addr), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+#else
+  *reinterpret_cast<uint4*>(dst) =
+      src_bytes == 16 ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+// Ends the group of cp_async_16 calls issued so far by this thread.
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until this thread's copies have landed; other threads see them after a barrier.
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // A small parameter vector (conv taps, per-head constants, norm weights) whose dtype is
