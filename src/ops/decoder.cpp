@@ -166,7 +166,16 @@ Status paged_attention(const ExecContext& ctx, const Tensor& query, const Tensor
     p.max_query_len = layout.max_query_len;
     p.max_seq_len = layout.max_seq_len;
     p.scale = scale;
-    return cuda::paged_attention(query, kv_cache, layout.block_tables, p, out, stream(ctx));
+    // Scratch for splitting long contexts across thread blocks (flash-decoding).
+    const int64_t requests = static_cast<int64_t>(layout.seq_lens.size());
+    const size_t bytes = cuda::paged_attention_workspace_size(
+        requests, kv_cache.size(3), kv_cache.size(4), layout.max_seq_len);
+    Tensor scratch;
+    if (bytes > 0) {
+      VLLM_ASSIGN_OR_RETURN(scratch, ctx.alloc({static_cast<int64_t>(bytes)}, DType::kU8));
+    }
+    return cuda::paged_attention(query, kv_cache, layout.block_tables, p, scratch, out,
+                                 stream(ctx));
   }
 #endif
   return unsupported("paged_attention", out);

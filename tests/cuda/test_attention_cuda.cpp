@@ -112,6 +112,12 @@ std::vector<AttnCase> parity_cases() {
   cases.push_back({"mixed G=4 D=256", {1, 300, 1, 1}, {5000, 1200, 30, 2500}, 4, 4, 256, 16});
   // One request, long context: split into many chunks, and unsplit without a workspace.
   cases.push_back({"long 16k", {1}, {16384}, 4, 4, 256, 16});
+  // Head dims without a tiled kernel (the small test checkpoints) take the generic kernel.
+  cases.push_back({"generic D=20 mixed", {1, 40, 3}, {90, 40, 200}, 2, 3, 20, 4});
+  cases.push_back({"generic D=24 chunked", {9, 1}, {33, 57}, 2, 3, 24, 16});
+  cases.push_back({"generic D=16 prefill", {50}, {50}, 2, 3, 16, 4});
+  cases.push_back({"generic D=32 decode", repeat(1, 6), {1, 2, 17, 64, 65, 300}, 2, 2, 32, 16});
+  cases.push_back({"generic D=96 mixed", {1, 130}, {600, 130}, 2, 4, 96, 16});
   cases.push_back({"long 16k, 5 queries", {5}, {16384}, 2, 2, 128, 32});
   cases.push_back({"long 16k no split", {1}, {16384}, 4, 4, 256, 16, false});
   cases.push_back(
@@ -316,8 +322,8 @@ TEST(AttentionCudaArgs, RejectsWrongDtypes) {
 
 TEST(AttentionCudaArgs, RejectsUnsupportedShapes) {
   FakeCuda fake;
-  ArgSet a = good_args(fake, DType::kBF16, 96, 4, 2, 16);
-  expect_error(call(a), ErrorCode::kUnsupported, "head_dim 96");
+  ArgSet a = good_args(fake, DType::kBF16, 320, 4, 2, 16);
+  expect_error(call(a), ErrorCode::kUnsupported, "head_dim 320");
   a = good_args(fake, DType::kBF16, 128, 3, 2, 16);  // 3 query heads over 2 kv heads
   expect_error(call(a), ErrorCode::kInvalidArgument, "not a multiple of kv heads");
   a = good_args(fake, DType::kF32, 64, 4, 2, 24);

@@ -55,5 +55,15 @@ Status launch_attention_combine(const AttentionArgs& args, int num_requests, cud
   return Status::ok();
 }
 
+// The generic kernel (head dims without a tiled instantiation) is not emulated.
+template <typename T>
+Status launch_attention_generic(const AttentionArgs&, int head_dim, int, cudaStream_t) {
+  return make_error(ErrorCode::kUnsupported, "head_dim {}: the generic kernel is not emulated",
+                    head_dim);
+}
+template Status launch_attention_generic<float>(const AttentionArgs&, int, int, cudaStream_t);
+template Status launch_attention_generic<__nv_bfloat16>(const AttentionArgs&, int, int,
+                                                        cudaStream_t);
+
 }  // namespace detail
 }  // namespace vllm::cuda

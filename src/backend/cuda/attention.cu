@@ -49,7 +49,8 @@ Status check_index_vector(const Tensor& t, const char* name, int64_t expected_le
 }
 
 // Rows of query / out, with the 16-byte alignment the kernels' vector accesses need.
-Expected<detail::Rows> activation_rows(const Tensor& t, const char* name, int64_t head_dim) {
+Expected<detail::Rows> activation_rows(const Tensor& t, const char* name, int64_t head_dim,
+                                       bool aligned) {
   if (t.ndim() == 3 && (t.size(2) != head_dim || !t.is_contiguous())) {
     return make_error(ErrorCode::kInvalidArgument,
                       "{}: {} {} must be [T, Hq * {}] or contiguous [T, Hq, {}]", kOp, name,
@@ -61,7 +62,7 @@ Expected<detail::Rows> activation_rows(const Tensor& t, const char* name, int64_
   }
   VLLM_ASSIGN_OR_RETURN(detail::Rows rows, detail::as_rows(kOp, name, t));
   const int64_t elem = static_cast<int64_t>(t.element_size());
-  if (!detail::is_aligned(rows.data, 16) || (rows.row_stride * elem) % 16 != 0) {
+  if (aligned && (!detail::is_aligned(rows.data, 16) || (rows.row_stride * elem) % 16 != 0)) {
     return make_error(ErrorCode::kUnsupported,
                       "{}: {} {} rows must start at 16-byte aligned addresses (row stride {} "
                       "elements)",
@@ -134,9 +135,11 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   const int64_t block_size = kv_cache.size(2);
   const int64_t kv_heads = kv_cache.size(3);
   const int64_t head_dim = kv_cache.size(4);
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
+  // 64, 128 and 256 take the tiled kernels; other sizes up to 256 a slow generic one.
+  const bool tiled = head_dim == 64 || head_dim == 128 || head_dim == 256;
+  if (head_dim <= 0 || head_dim > 256) {
     return make_error(ErrorCode::kUnsupported,
-                      "{}: head_dim {} is not supported (64, 128 or 256), kv_cache {}", kOp,
+                      "{}: head_dim {} is not supported (at most 256), kv_cache {}", kOp,
                       head_dim, kv_cache.to_string());
   }
   if (!is_power_of_two(block_size)) {
@@ -148,12 +151,12 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
     return make_error(ErrorCode::kUnsupported, "{}: kv_cache {} has {} kv heads and {} blocks", kOp,
                       kv_cache.to_string(), kv_heads, num_blocks);
   }
-  if (!detail::is_aligned(kv_cache.data_ptr(), 16)) {
+  if (tiled && !detail::is_aligned(kv_cache.data_ptr(), 16)) {
     return make_error(ErrorCode::kUnsupported, "{}: kv_cache {} must start 16-byte aligned", kOp,
                       kv_cache.to_string());
   }
-  VLLM_ASSIGN_OR_RETURN(detail::Rows q_rows, activation_rows(query, "query", head_dim));
-  VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, activation_rows(out, "out", head_dim));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows q_rows, activation_rows(query, "query", head_dim, tiled));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, activation_rows(out, "out", head_dim, tiled));
   if (q_rows.cols % head_dim != 0) {
     return make_error(ErrorCode::kInvalidArgument,
                       "{}: query {} rows of {} are not whole heads of head_dim {}", kOp,
@@ -213,7 +216,7 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   detail::SplitPlan plan;
   plan.chunk = params.max_seq_len > 0 ? params.max_seq_len : 1;
   size_t workspace_bytes = 0;
-  if (workspace.defined()) {
+  if (workspace.defined() && tiled) {
     VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "workspace", workspace));
     plan = detail::plan_splits(num_requests, kv_heads, params.max_seq_len);
     workspace_bytes =
@@ -261,6 +264,12 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   DeviceGuard guard(device);
   VLLM_RETURN_IF_ERROR(guard.status());
   const int r = static_cast<int>(num_requests);
+  if (!tiled) {
+    const int d = static_cast<int>(head_dim);
+    return query.dtype() == DType::kF32
+               ? detail::launch_attention_generic<float>(args, d, r, stream)
+               : detail::launch_attention_generic<__nv_bfloat16>(args, d, r, stream);
+  }
   if (query.dtype() == DType::kF32) {
     return run_head_dim<float>(head_dim, args, r, need_large, stream);
   }

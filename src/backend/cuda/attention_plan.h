@@ -111,5 +111,10 @@ template <typename T, int D>
 Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaStream_t stream);
 template <typename T, int D>
 Status launch_attention_combine(const AttentionArgs& args, int num_requests, cudaStream_t stream);
+// Any head dim up to 256 that has no tiled instantiation (attention_generic.cu): one warp
+// per (token, query head), no key splitting; grid (T, ceil(Hq / 4)).
+template <typename T>
+Status launch_attention_generic(const AttentionArgs& args, int head_dim, int num_requests,
+                                cudaStream_t stream);
 
 }  // namespace vllm::cuda::detail
