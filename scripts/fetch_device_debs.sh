@@ -16,7 +16,8 @@ dest="$root/.debs"
 packages=(
   nlohmann-json3-dev libfmt-dev libfmt9 libspdlog-dev libspdlog1.10
   libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5
-  libquadmath0 libgtest-dev libgmock-dev libcli11-dev libcpp-httplib-dev
+  libquadmath0 libgtest-dev libgmock-dev libcli11-dev libcpp-httplib-dev libcpp-httplib0.11
+  libssl-dev libssl3 zlib1g-dev libbrotli-dev libbrotli1
   libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
   libxxhash-dev libxxhash0 libicu-dev libicu72
 )

@@ -15,10 +15,13 @@ struct LogitsHead {
   Tensor lm_head;            // [vocab, hidden]
 };
 
-// hidden [T, H] (activation dtype) and rows I64 [N] on ctx.device -> logits F32 [N, vocab] on
-// ctx.device. On the CPU the logits are a fresh tensor the caller owns; on CUDA they come
-// from the workspace (valid until it is reset).
-Expected<Tensor> compute_logits(const ExecContext& ctx, const Tensor& hidden, const Tensor& rows,
+// The last layer's output `hidden` [T, H] (activation dtype) still to be added to the F32
+// residual stream `residual` [T, H]; rows I64 [N] on ctx.device -> logits F32 [N, vocab] on
+// ctx.device: only the gathered rows are added, normalised and projected. On the CPU the
+// logits are a fresh tensor the caller owns; on CUDA they come from the workspace (valid
+// until it is reset).
+Expected<Tensor> compute_logits(const ExecContext& ctx, const Tensor& hidden,
+                                const Tensor& residual, const Tensor& rows,
                                 const LogitsHead& head);
 
 }  // namespace vllm

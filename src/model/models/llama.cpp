@@ -102,24 +102,27 @@ Expected<Tensor> LlamaModel::forward(const ForwardBatch& batch, ModelCache& cach
   VLLM_ASSIGN_OR_RETURN(StepInputs in, prepare_step(ctx, batch, 0));
   const int64_t tokens = in.num_tokens, hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  VLLM_ASSIGN_OR_RETURN(Tensor residual, ctx.act({tokens, hidden}));
-  VLLM_ASSIGN_OR_RETURN(Tensor normed, ctx.act({tokens, hidden}));
+  // The residual stream stays in f32 between layers whatever the activation dtype; `h` is
+  // each sub-layer's input (normalised) and the MLP's output, `m` the mixer's output.
+  VLLM_ASSIGN_OR_RETURN(Tensor residual, ctx.alloc({tokens, hidden}, DType::kF32));
   VLLM_ASSIGN_OR_RETURN(Tensor h, ctx.act({tokens, hidden}));
-  VLLM_RETURN_IF_ERROR(ops::embedding(ctx, in.token_ids, embed_tokens_, residual));
+  VLLM_ASSIGN_OR_RETURN(Tensor m, ctx.act({tokens, hidden}));
+  VLLM_RETURN_IF_ERROR(ops::zero(ctx, residual));
+  VLLM_RETURN_IF_ERROR(ops::embedding(ctx, in.token_ids, embed_tokens_, h));
 
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LlamaLayer& l = layers_[i];
     WorkspaceScope scope(ctx.workspace);  // this layer's intermediates
-    // residual holds the stream; `normed` the input of the sub-layer.
-    VLLM_RETURN_IF_ERROR(ops::rms_norm(ctx, residual, l.input_norm, eps, false, normed));
-    Status s = l.attn.forward(ctx, normed, in, cos_sin_cache_, cache.kv[i], h);
+    // residual += h (the embedding, or the last MLP's output); h = input_layernorm(residual).
+    VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, h, residual, l.input_norm, eps, false));
+    Status s = l.attn.forward(ctx, h, in, cos_sin_cache_, cache.kv[i], m);
     if (!s.is_ok()) return s.with_context(fmt::format("layer {}", i));
-    VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, h, residual, l.post_norm, eps, false));
-    s = l.mlp.forward(ctx, h, normed);
+    // residual += mixer output; m = post_attention_layernorm(residual).
+    VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, m, residual, l.post_norm, eps, false));
+    s = l.mlp.forward(ctx, m, h);
     if (!s.is_ok()) return s.with_context(fmt::format("layer {} mlp", i));
-    VLLM_RETURN_IF_ERROR(ops::add_inplace(ctx, residual, normed));
   }
-  return compute_logits(ctx, residual, in.logits_indices,
+  return compute_logits(ctx, h, residual, in.logits_indices,
                         LogitsHead{final_norm_, eps, /*unit_offset=*/false, lm_head_});
 }
 

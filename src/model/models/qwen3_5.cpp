@@ -58,27 +58,30 @@ Expected<Tensor> HybridModel::forward(const ForwardBatch& batch, ModelCache& cac
   }
   const int64_t tokens = in.num_tokens, hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  VLLM_ASSIGN_OR_RETURN(Tensor residual, ctx.act({tokens, hidden}));
-  VLLM_ASSIGN_OR_RETURN(Tensor normed, ctx.act({tokens, hidden}));
+  // The residual stream stays in f32 between layers whatever the activation dtype; `h` is
+  // each sub-layer's input (normalised) and the MLP's output, `m` the mixer's output.
+  VLLM_ASSIGN_OR_RETURN(Tensor residual, ctx.alloc({tokens, hidden}, DType::kF32));
   VLLM_ASSIGN_OR_RETURN(Tensor h, ctx.act({tokens, hidden}));
-  VLLM_RETURN_IF_ERROR(ops::embedding(ctx, in.token_ids, embed_tokens_, residual));
+  VLLM_ASSIGN_OR_RETURN(Tensor m, ctx.act({tokens, hidden}));
+  VLLM_RETURN_IF_ERROR(ops::zero(ctx, residual));
+  VLLM_RETURN_IF_ERROR(ops::embedding(ctx, in.token_ids, embed_tokens_, h));
 
   for (size_t i = 0; i < layers_.size(); ++i) {
     const HybridLayer& l = layers_[i];
     WorkspaceScope scope(ctx.workspace);  // this layer's intermediates
+    // residual += h (the embedding, or the last MLP's output); h = input_layernorm(residual).
+    VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, h, residual, l.input_norm, eps, true));
     const auto ci = static_cast<size_t>(l.cache_index);
-    VLLM_RETURN_IF_ERROR(ops::rms_norm(ctx, residual, l.input_norm, eps, true, normed));
     Status s = l.type == LayerType::kLinearAttention
-                   ? l.gdn.forward(ctx, normed, in, cache.conv_state[ci], cache.ssm_state[ci], h)
-                   : l.attn.forward(ctx, normed, in, cos_sin_cache_, cache.kv[ci], h);
+                   ? l.gdn.forward(ctx, h, in, cache.conv_state[ci], cache.ssm_state[ci], m)
+                   : l.attn.forward(ctx, h, in, cos_sin_cache_, cache.kv[ci], m);
     if (!s.is_ok()) return s.with_context(fmt::format("layer {}", i));
-    // residual += mixer output; h = post_attention_layernorm(residual).
-    VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, h, residual, l.post_norm, eps, true));
-    s = l.sparse ? l.moe.forward(ctx, h, normed) : l.mlp.forward(ctx, h, normed);
+    // residual += mixer output; m = post_attention_layernorm(residual).
+    VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, m, residual, l.post_norm, eps, true));
+    s = l.sparse ? l.moe.forward(ctx, m, h) : l.mlp.forward(ctx, m, h);
     if (!s.is_ok()) return s.with_context(fmt::format("layer {} mlp", i));
-    VLLM_RETURN_IF_ERROR(ops::add_inplace(ctx, residual, normed));
   }
-  return compute_logits(ctx, residual, in.logits_indices,
+  return compute_logits(ctx, h, residual, in.logits_indices,
                         LogitsHead{final_norm_, eps, /*unit_offset=*/true, lm_head_});
 }
 
