@@ -82,9 +82,9 @@ SampleResult sample_row(std::span<const float> raw_logits, const SamplingRequest
 
 // Prompt logprobs: row i of `logits` F32 [num_positions, vocab_size] is the model's
 // prediction after prompt position i, and next_token_ids[i] the prompt token that really
-// followed (logits on a GPU are copied to the host first). Returns that token's logprob and rank and the top num_logprobs (-1: vocab)
-// tokens per row. For a prompt of P tokens vLLM reports P - 1 of these (the first prompt
-// token has none).
+// followed (logits on a GPU are copied to the host first). Returns that token's logprob and
+// rank and the top num_logprobs (-1: vocab) tokens per row. For a prompt of P tokens vLLM
+// reports P - 1 of these (the first prompt token has none).
 std::vector<TokenLogprobs> compute_prompt_logprobs(const Tensor& logits,
                                                    std::span<const int32_t> next_token_ids,
                                                    int32_t num_logprobs,

@@ -188,10 +188,10 @@ Tensor logits_to_host(const Tensor& logits) {
   const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(float);
   const size_t pitch = rows > 1 ? static_cast<size_t>(logits.stride(0)) * sizeof(float) : row_bytes;
   cuda::DeviceGuard guard(logits.device());
-  const Status status = cuda::cuda_status(
-      cudaMemcpy2D(host.data_ptr(), row_bytes, logits.data_ptr(), pitch, row_bytes,
-                   static_cast<size_t>(rows), cudaMemcpyDeviceToHost),
-      "cudaMemcpy2D");
+  const Status status =
+      cuda::cuda_status(cudaMemcpy2D(host.data_ptr(), row_bytes, logits.data_ptr(), pitch,
+                                     row_bytes, static_cast<size_t>(rows), cudaMemcpyDeviceToHost),
+                        "cudaMemcpy2D");
   VLLM_CHECK_MSG(status.is_ok(), "logits_to_host {}: {}", logits.to_string(), status.to_string());
   return host;
 }

@@ -81,8 +81,8 @@ TEST(SamplingCudaBench, StepTime) {
       for (int64_t i = 0; i < batch * kVocab; ++i) host.data<float>()[i] = normal(rng);
       auto logits = cuda::copy_to_device(host);
       ASSERT_TRUE(logits) << logits.status().to_string();
-      std::vector<SamplingRequestState> states(
-          static_cast<size_t>(batch), SamplingRequestState{&mode.params, history, {}, {}});
+      std::vector<SamplingRequestState> states(static_cast<size_t>(batch),
+                                               SamplingRequestState{&mode.params, history, {}, {}});
       Sampler gpu(1), cpu(1);
       const double gpu_us = median_us([&] { (void)gpu.sample(*logits, states); }, 5, 50);
       const double cpu_us = median_us([&] { (void)cpu.sample(host, states); }, 1, 5);

@@ -95,7 +95,8 @@ inline std::vector<float> cpu_before_top_p(std::vector<float> l, const SamplingP
 }
 
 inline size_t count_kept(const std::vector<float>& l) {
-  return static_cast<size_t>(std::count_if(l.begin(), l.end(), [](float v) { return v != kNegInf; }));
+  return static_cast<size_t>(
+      std::count_if(l.begin(), l.end(), [](float v) { return v != kNegInf; }));
 }
 
 // Mass fractions before each surviving token in (value desc, id asc) order: before[j] is the

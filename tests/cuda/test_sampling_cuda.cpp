@@ -103,18 +103,20 @@ void expect_matches_cpu(const cuda::SampledToken& got, std::span<const float> ra
   if (c.params.is_greedy()) {
     EXPECT_EQ(got.num_kept, 1);
   } else if (compare_kept) {
-    std::vector<float> final_logits = cuda_test::cpu_before_top_p(cuda_test::cpu_edited(raw, c), c.params);
+    std::vector<float> final_logits =
+        cuda_test::cpu_before_top_p(cuda_test::cpu_edited(raw, c), c.params);
     apply_top_p(final_logits, c.params.top_p);
     EXPECT_EQ(static_cast<size_t>(got.num_kept), cuda_test::count_kept(final_logits));
   }
 }
 
 std::string describe(const SamplingParams& p) {
-  return fmt::format("greedy={} t={} top_k={} top_p={} min_p={} logprobs={} rep={} freq={} pres={} "
-                     "bias={} min_tokens={}",
-                     p.is_greedy(), p.temperature, p.top_k, p.top_p, p.min_p,
-                     p.logprobs.value_or(0), p.repetition_penalty, p.frequency_penalty,
-                     p.presence_penalty, p.logit_bias.size(), p.min_tokens);
+  return fmt::format(
+      "greedy={} t={} top_k={} top_p={} min_p={} logprobs={} rep={} freq={} pres={} "
+      "bias={} min_tokens={}",
+      p.is_greedy(), p.temperature, p.top_k, p.top_p, p.min_p, p.logprobs.value_or(0),
+      p.repetition_penalty, p.frequency_penalty, p.presence_penalty, p.logit_bias.size(),
+      p.min_tokens);
 }
 
 // Random filter settings; top_p, when on, keeps a chosen number of the survivors with a
@@ -229,7 +231,8 @@ TEST_F(SamplingCuda, PenaltiesBiasAndMinTokens) {
       Case& c = cases[static_cast<size_t>(r)];
       SamplingParams& p = c.params;
       for (int i = 0; i < 60; ++i) c.prompt.push_back(pool[from_pool(rng_)]);
-      for (int i = 0; i < static_cast<int>(r % 7) * 5; ++i) c.output.push_back(pool[from_pool(rng_)]);
+      for (int i = 0; i < static_cast<int>(r % 7) * 5; ++i)
+        c.output.push_back(pool[from_pool(rng_)]);
       c.eos = {pool[0], pool[1]};
       p.repetition_penalty = std::array<double, 3>{1.0, 1.3, 0.8}[r % 3];
       p.frequency_penalty = std::array<double, 3>{0.0, 0.5, -0.3}[(r / 3) % 3];
@@ -280,7 +283,7 @@ TEST_F(SamplingCuda, Ties) {
     cases[1].params.top_k = 10;    // all equal: everything stays
     cases[2].params.top_p = 0.25;  // among the tied top third, by id
     cases[2].params.logprobs = 5;
-    cases[3].params.top_k = 2;     // the 2nd largest is a 4 too: all the 4s stay
+    cases[3].params.top_k = 2;  // the 2nd largest is a 4 too: all the 4s stay
     cases[3].params.logprobs = 20;
     std::vector<double> u = {0.7013, 0.4213, 0.9011, 0.5077};
     const std::vector<cuda::SampledToken> got = run_device(logits, cases, u);
@@ -290,6 +293,42 @@ TEST_F(SamplingCuda, Ties) {
       expect_matches_cpu(got[r], row_of(logits, r), cases[r], u[r], true);
     }
     EXPECT_EQ(got[1].num_kept, vocab);
+  }
+}
+
+// min_p keeps double(v) >= max + log(min_p), exactly as on the CPU: each row holds values on
+// the floats just below and just above its cutoff.
+TEST_F(SamplingCuda, MinPCutoffIsExact) {
+  const int64_t vocab = 1000;
+  const std::vector<double> min_ps = {0.1, 0.37, 0.5, 0.9, 0.013, 0.25, 0.61, 0.77};
+  const auto rows = static_cast<int64_t>(min_ps.size());
+  Tensor logits = random_logits(rows, vocab, rng_);
+  std::vector<Case> cases(static_cast<size_t>(rows));
+  std::vector<double> u(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = logits.data<float>() + r * vocab;
+    for (int64_t i = 0; i < vocab; ++i) row[i] = std::min(row[i], 2.0f);
+    row[0] = 3.0f;  // the max
+    const double cutoff = 3.0 + std::log(min_ps[static_cast<size_t>(r)]);
+    float above = static_cast<float>(cutoff);
+    if (static_cast<double>(above) < cutoff) above = std::nextafter(above, 10.0f);
+    const float below = std::nextafter(above, -10.0f);
+    for (int i = 10; i < 15; ++i) row[i] = below;
+    for (int i = 20; i < 25; ++i) row[i] = above;
+    Case& c = cases[static_cast<size_t>(r)];
+    c.params.min_p = min_ps[static_cast<size_t>(r)];
+    std::vector<float> final_logits =
+        cuda_test::cpu_before_top_p(cuda_test::cpu_edited(row_of(logits, r), c), c.params);
+    ASSERT_EQ(final_logits[10], kNegInf);
+    ASSERT_EQ(final_logits[20], above);
+    u[static_cast<size_t>(r)] = cuda_test::u_inside(final_logits, rng_, 1e-4);
+  }
+  const std::vector<cuda::SampledToken> got = run_device(logits, cases, u);
+  ASSERT_EQ(got.size(), cases.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    SCOPED_TRACE(fmt::format("row {}: min_p {}", r, min_ps[static_cast<size_t>(r)]));
+    expect_matches_cpu(got[static_cast<size_t>(r)], row_of(logits, r),
+                       cases[static_cast<size_t>(r)], u[static_cast<size_t>(r)], true);
   }
 }
 
@@ -432,15 +471,17 @@ TEST_F(SamplingCuda, SeededRowsIgnoreBatchComposition) {
         const bool mine = r == position;
         const std::vector<float> row = step_logits(step, mine ? 0 : r + 1);
         std::copy(row.begin(), row.end(), logits.data<float>() + r * vocab);
-        states.push_back(mine ? SamplingRequestState{&seeded, {}, out, {}}
-                              : SamplingRequestState{&filler, {}, filler_out[static_cast<size_t>(r)], {}});
+        states.push_back(
+            mine ? SamplingRequestState{&seeded, {}, out, {}}
+                 : SamplingRequestState{&filler, {}, filler_out[static_cast<size_t>(r)], {}});
       }
       auto logits_gpu = cuda::copy_to_device(logits);
       EXPECT_TRUE(logits_gpu);
       if (!logits_gpu) return out;
       const std::vector<SampleResult> results = sampler.sample(*logits_gpu, states);
       for (int r = 0; r < batch; ++r) {
-        (r == position ? out : filler_out[static_cast<size_t>(r)]).push_back(results[static_cast<size_t>(r)].token_id);
+        (r == position ? out : filler_out[static_cast<size_t>(r)])
+            .push_back(results[static_cast<size_t>(r)].token_id);
       }
     }
     return out;

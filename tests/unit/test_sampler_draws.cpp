@@ -70,8 +70,10 @@ TEST(SamplerDraws, SampleUsesTakeDraws) {
   SamplingParams greedy;
   greedy.temperature = 0.0;
   const std::vector<int32_t> out = {1, 2};
-  const std::vector<SamplingRequestState> states = {
-      {&unseeded, {}, {}, {}}, {&seeded, {}, out, {}}, {&greedy, {}, {}, {}}, {&unseeded, {}, {}, {}}};
+  const std::vector<SamplingRequestState> states = {{&unseeded, {}, {}, {}},
+                                                    {&seeded, {}, out, {}},
+                                                    {&greedy, {}, {}, {}},
+                                                    {&unseeded, {}, {}, {}}};
   const std::vector<std::vector<float>> rows = {flat_row(0), flat_row(1), flat_row(2), flat_row(3)};
   Sampler sampler(11), twin(11);
   for (int step = 0; step < 5; ++step) {

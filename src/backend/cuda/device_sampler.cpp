@@ -58,8 +58,9 @@ Status check_row(const SamplingRow& row, size_t r) {
                       kOp, r, row.repetition_penalty, row.frequency_penalty, row.presence_penalty);
   }
   if (row.num_logprobs < 0 || row.num_logprobs > kMaxDeviceLogprobs) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: row {} asks for {} logprobs, expected 0..{}",
-                      kOp, r, row.num_logprobs, kMaxDeviceLogprobs);
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: row {} asks for {} logprobs, expected 0..{}", kOp, r, row.num_logprobs,
+                      kMaxDeviceLogprobs);
   }
   return Status::ok();
 }
@@ -81,7 +82,8 @@ Expected<DevicePtr> device_alloc(size_t bytes, const char* what) {
   void* p = nullptr;
   const cudaError_t error = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
   if (error != cudaSuccess) {
-    return cuda_status(error, "cudaMalloc").with_context(fmt::format("{}: {} bytes for {}", kOp, bytes, what));
+    return cuda_status(error, "cudaMalloc")
+        .with_context(fmt::format("{}: {} bytes for {}", kOp, bytes, what));
   }
   return DevicePtr(p);
 }
@@ -106,11 +108,11 @@ struct DeviceSampler::Buffers {
   int64_t work_stride = 0;  // floats per work row: the vocabulary rounded up to 16 bytes
   HostPtr params_host;      // [rows][edits], row_capacity / edit_capacity
   DevicePtr params_device;
-  HostPtr results_host;     // [rows]
+  HostPtr results_host;  // [rows]
   DevicePtr results_device;
-  DevicePtr work;           // [work rows, work_stride]
-  std::vector<DeviceEdit> edits;         // this step's entries, all rows
-  std::vector<int32_t> edit_count;       // per row
+  DevicePtr work;                   // [work rows, work_stride]
+  std::vector<DeviceEdit> edits;    // this step's entries, all rows
+  std::vector<int32_t> edit_count;  // per row
 
   ~Buffers() {
     // Free on the owning device.
@@ -217,7 +219,8 @@ Status DeviceSampler::sample(const Tensor& logits, std::span<const SamplingRow> 
 
   // Merge each row's lists into one entry per token.
   Buffers& b = *buffers_;
-  if (edit_slot_.size() < static_cast<size_t>(vocab)) edit_slot_.assign(static_cast<size_t>(vocab), -1);
+  if (edit_slot_.size() < static_cast<size_t>(vocab))
+    edit_slot_.assign(static_cast<size_t>(vocab), -1);
   b.edits.clear();
   b.edit_count.assign(rows.size(), 0);
   size_t work_rows = 0;
@@ -250,8 +253,8 @@ Status DeviceSampler::sample(const Tensor& logits, std::span<const SamplingRow> 
       DeviceEdit* e = entry(row.logit_bias[i].token_id, "logit_bias");
       if (e == nullptr) break;
       if (e->flags & sampling::kEditBias) {
-        status = make_error(ErrorCode::kInvalidArgument, "{}: row {} has token id {} twice in logit_bias",
-                            kOp, r, e->token_id);
+        status = make_error(ErrorCode::kInvalidArgument,
+                            "{}: row {} has token id {} twice in logit_bias", kOp, r, e->token_id);
         break;
       }
       e->flags |= sampling::kEditBias;
@@ -265,16 +268,18 @@ Status DeviceSampler::sample(const Tensor& logits, std::span<const SamplingRow> 
       if (repetition && (t.in_prompt || t.output_count > 0)) flags |= sampling::kEditRepetition;
       if (output && t.output_count > 0) flags |= sampling::kEditOutput;
       if (t.output_count < 0) {
-        status = make_error(ErrorCode::kInvalidArgument, "{}: row {} has output count {} for token {}",
-                            kOp, r, t.output_count, t.token_id);
+        status =
+            make_error(ErrorCode::kInvalidArgument, "{}: row {} has output count {} for token {}",
+                       kOp, r, t.output_count, t.token_id);
         break;
       }
       if (flags == 0) continue;
       DeviceEdit* e = entry(t.token_id, "penalty_tokens");
       if (e == nullptr) break;
       if (e->flags & (sampling::kEditRepetition | sampling::kEditOutput)) {
-        status = make_error(ErrorCode::kInvalidArgument,
-                            "{}: row {} has token id {} twice in penalty_tokens", kOp, r, t.token_id);
+        status =
+            make_error(ErrorCode::kInvalidArgument,
+                       "{}: row {} has token id {} twice in penalty_tokens", kOp, r, t.token_id);
         break;
       }
       e->flags |= flags;
@@ -317,7 +322,8 @@ Status DeviceSampler::sample(const Tensor& logits, std::span<const SamplingRow> 
     d.edit_begin = edit_begin;
     d.edit_count = b.edit_count[r];
     d.work_row = d.edit_count > 0 ? work_row++ : -1;
-    d.flags = (greedy ? sampling::kRowGreedy : 0u) | (!greedy && row.min_p > 0.0 ? sampling::kRowMinP : 0u);
+    d.flags = (greedy ? sampling::kRowGreedy : 0u) |
+              (!greedy && row.min_p > 0.0 ? sampling::kRowMinP : 0u);
     device_rows[r] = d;
     edit_begin += d.edit_count;
   }
@@ -328,7 +334,8 @@ Status DeviceSampler::sample(const Tensor& logits, std::span<const SamplingRow> 
   const size_t bytes = offset + b.edits.size() * sizeof(DeviceEdit);
 
   auto* device_base = static_cast<unsigned char*>(b.params_device.get());
-  VLLM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device_base, packed, bytes, cudaMemcpyHostToDevice, stream));
+  VLLM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(device_base, packed, bytes, cudaMemcpyHostToDevice, stream));
   sampling::SampleArgs args{};
   args.logits = static_cast<const float*>(logits.data_ptr());
   args.logits_stride = rows.size() > 1 ? logits.stride(0) : vocab;

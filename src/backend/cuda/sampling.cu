@@ -173,9 +173,8 @@ __device__ void build_edited_row(const float* raw, float* work, int n, const Dev
 // never -inf), v = src / t, weights exp(v - m): the first id in order whose cumulative weight
 // exceeds floor(u * total); the last drawable id if rounding leaves the target at the top.
 // Sets *num_kept to the number of kept tokens. Returns -1 only if nothing is drawable.
-__device__ __noinline__ int draw_token(KernelShared& ks, const float* src, int n, float t,
-                                       float m, uint32_t tau_key, int tau_id, double u,
-                                       int* num_kept) {
+__device__ __noinline__ int draw_token(KernelShared& ks, const float* src, int n, float t, float m,
+                                       uint32_t tau_key, int tau_id, double u, int* num_kept) {
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = lane_id(), warp = warp_id();
   // The weight of id i whose logit is v (0 unless kept).
@@ -314,9 +313,8 @@ __device__ __noinline__ int sample_filtered(KernelShared& ks, const float* src, 
       key = value_key >= low ? value_key : kKeyNegInf;
       return true;
     };
-    const SelectResult sel = radix_select<false>(s, src, n, k_key, no_weight,
-                                                 static_cast<unsigned long long>(row.top_k), 0.0,
-                                                 false);
+    const SelectResult sel = radix_select<false>(
+        s, src, n, k_key, no_weight, static_cast<unsigned long long>(row.top_k), 0.0, false);
     low = max(low, sel.key);
     survivors = sel.above + sel.at_count;
   }
@@ -410,8 +408,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const SampleArgs 
       return true;
     };
     const SelectResult sel = radix_select<false>(
-        s, raw, n, raw_key, [](uint32_t) { return 0ull; },
-        static_cast<unsigned long long>(num_top), 0.0, false);
+        s, raw, n, raw_key, [](uint32_t) { return 0ull; }, static_cast<unsigned long long>(num_top),
+        0.0, false);
     top_key = sel.key;
     const unsigned int needed = static_cast<unsigned int>(num_top - sel.above);
     if (needed < sel.at_count) top_last_id = kth_smallest_tied_id(s, sel, needed, raw, n, raw_key);
@@ -465,7 +463,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const SampleArgs 
     }
     for (int j = 0; j < collected; ++j) {
       out.top_ids[j] = ks.top_id[j];
-      out.top_logprobs[j] = static_cast<float>(static_cast<double>(key_float(ks.top_key[j])) - log_z);
+      out.top_logprobs[j] =
+          static_cast<float>(static_cast<double>(key_float(ks.top_key[j])) - log_z);
     }
     out.num_top = collected;
   }

@@ -50,16 +50,16 @@ struct TokenBias {
 
 // What one row asks for. Spans must stay valid for the call; token ids must be in [0, V).
 struct SamplingRow {
-  bool greedy = false;        // argmax; temperature, min_p, top_k, top_p and uniform unused
-  double temperature = 1.0;   // logits are divided by float(temperature) (> 0)
-  double min_p = 0.0;         // <= 0: off
-  int32_t top_k = 0;          // <= 0 or >= V: off
-  double top_p = 1.0;         // in (0, 1]; 1: off
-  double uniform = 0.0;       // the draw, in [0, 1)
+  bool greedy = false;              // argmax; temperature, min_p, top_k, top_p and uniform unused
+  double temperature = 1.0;         // logits are divided by float(temperature) (> 0)
+  double min_p = 0.0;               // <= 0: off
+  int32_t top_k = 0;                // <= 0 or >= V: off
+  double top_p = 1.0;               // in (0, 1]; 1: off
+  double uniform = 0.0;             // the draw, in [0, 1)
   double repetition_penalty = 1.0;  // > 0; 1: off. Applied as float, like the CPU sampler
   double frequency_penalty = 0.0;
   double presence_penalty = 0.0;
-  int32_t num_logprobs = 0;   // top-N raw logprobs, 0..kMaxDeviceLogprobs
+  int32_t num_logprobs = 0;                      // top-N raw logprobs, 0..kMaxDeviceLogprobs
   std::span<const PenaltyToken> penalty_tokens;  // unique ids
   std::span<const TokenBias> logit_bias;         // unique ids
   std::span<const int32_t> masked_tokens;        // set to -inf first (duplicates allowed)

@@ -18,19 +18,19 @@ inline constexpr uint32_t kRowMinP = 1u << 1;
 
 // One row's parameters, already in the arithmetic types the CPU sampler uses.
 struct DeviceRow {
-  double uniform;       // the draw u in [0, 1)
-  double top_p;         // >= 1: off
-  double log_min_p;     // std::log(min_p), used with kRowMinP
-  float temperature;    // float(temperature): logits are divided by it
-  float repetition;     // float(repetition_penalty)
-  float inv_repetition; // 1.0f / repetition, as the CPU sampler computes it
-  float frequency;      // float(frequency_penalty)
-  float presence;       // float(presence_penalty)
-  int32_t top_k;        // 0: off (host maps <= 0 and >= V to 0)
-  int32_t num_logprobs; // 0..kMaxDeviceLogprobs
-  int32_t edit_begin;   // this row's edits: [edit_begin, edit_begin + edit_count)
+  double uniform;        // the draw u in [0, 1)
+  double top_p;          // >= 1: off
+  double log_min_p;      // std::log(min_p), used with kRowMinP
+  float temperature;     // float(temperature): logits are divided by it
+  float repetition;      // float(repetition_penalty)
+  float inv_repetition;  // 1.0f / repetition, as the CPU sampler computes it
+  float frequency;       // float(frequency_penalty)
+  float presence;        // float(presence_penalty)
+  int32_t top_k;         // 0: off (host maps <= 0 and >= V to 0)
+  int32_t num_logprobs;  // 0..kMaxDeviceLogprobs
+  int32_t edit_begin;    // this row's edits: [edit_begin, edit_begin + edit_count)
   int32_t edit_count;
-  int32_t work_row;     // row of the work buffer holding the edited logits; -1: no edits
+  int32_t work_row;  // row of the work buffer holding the edited logits; -1: no edits
   uint32_t flags;
   int32_t pad;
 };
@@ -62,14 +62,14 @@ struct DeviceResult {
 };
 
 struct SampleArgs {
-  const float* logits;     // [rows, vocab], row stride logits_stride
+  const float* logits;  // [rows, vocab], row stride logits_stride
   int64_t logits_stride;
   int32_t vocab;
-  const DeviceRow* rows;   // [rows]
+  const DeviceRow* rows;  // [rows]
   const DeviceEdit* edits;
-  float* work;             // [work rows, vocab], row stride work_stride
+  float* work;  // [work rows, vocab], row stride work_stride
   int64_t work_stride;
-  DeviceResult* results;   // [rows]
+  DeviceResult* results;  // [rows]
 };
 
 // Launches one block per row on `stream`; returns launch errors only.

@@ -245,8 +245,8 @@ __device__ __forceinline__ void choose_digit(SelectShared& s, unsigned long long
       run += count;
     }
   }
-  const int chosen =
-      kMass ? warp_reduce(best, [](int a, int b) { return a < b ? a : b; }) : warp_reduce(best, Max{});
+  const int chosen = kMass ? warp_reduce(best, [](int a, int b) { return a < b ? a : b; })
+                           : warp_reduce(best, Max{});
   const bool none = kMass ? chosen >= kBins : chosen < 0;
   if (none) {
     // Unreachable for finite logits; keeps NaN input from indexing out of range.
