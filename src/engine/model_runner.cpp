@@ -17,7 +17,10 @@ Tensor i64_tensor(const std::vector<int64_t>& values) {
 }  // namespace
 
 ModelRunner::ModelRunner(Model* model, ModelCache cache, uint64_t seed)
-    : model_(model), cache_(std::move(cache)), sampler_(seed) {}
+    : model_(model), cache_(std::move(cache)), sampler_(seed) {
+  // Sampling of GPU logits queues after the model's work on its stream.
+  sampler_.set_device_stream(model_->context().stream);
+}
 
 ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
                                          std::vector<std::vector<int64_t>>* prompt_rows) const {
@@ -81,9 +84,6 @@ Expected<Tensor> ModelRunner::gather_sample_rows(const Tensor& logits,
       VLLM_ASSIGN_OR_RETURN(out, ctx.alloc({count, logits.size(1)}, DType::kF32));
     }
     VLLM_RETURN_IF_ERROR(ops::gather_rows(ctx, logits, index, out));
-  }
-  if (!out.device().is_cpu()) {
-    VLLM_ASSIGN_OR_RETURN(out, ops::to_host(model_->context(), out));
   }
   return out;
 }

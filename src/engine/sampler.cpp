@@ -103,7 +103,7 @@ std::vector<SampleResult> Sampler::sample(const Tensor& logits,
     // Draws are fixed on the host, in row order, exactly as for CPU logits.
     const std::vector<double> draws = take_draws(requests);
     if (!device_ || device_->device() != logits.device()) {
-      device_ = make_device_row_sampler(logits.device());
+      device_ = make_device_row_sampler(logits.device(), device_stream_);
     }
     return device_->sample(logits, requests, draws);
 #else

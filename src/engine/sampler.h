@@ -65,6 +65,10 @@ class Sampler {
   // the engine stream (which this advances). sample() takes its draws from here.
   std::vector<double> take_draws(std::span<const SamplingRequestState> requests);
 
+  // The CUDA stream GPU logits are produced on (the model's); the GPU path queues its work
+  // after it. nullptr: the legacy default stream.
+  void set_device_stream(void* stream) { device_stream_ = stream; }
+
   // Draws taken from the engine stream so far (one per unseeded, non-greedy row).
   uint64_t engine_draws() const { return engine_counter_; }
 
@@ -73,6 +77,7 @@ class Sampler {
   uint64_t engine_counter_ = 0;
   ThreadPool* pool_;
   std::unique_ptr<DeviceRowSampler> device_;  // created at the first GPU step
+  void* device_stream_ = nullptr;             // cudaStream_t the GPU path runs on
 };
 
 // Samples one row with the uniform draw `u` in [0, 1) (ignored by greedy rows). The row

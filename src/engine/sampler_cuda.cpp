@@ -23,7 +23,8 @@ struct RowLists {
 
 class CudaRowSampler final : public DeviceRowSampler {
  public:
-  explicit CudaRowSampler(Device device) : device_(device) {}
+  CudaRowSampler(Device device, void* stream)
+      : device_(device), stream_(static_cast<cudaStream_t>(stream)) {}
 
   Device device() const override { return device_; }
 
@@ -44,7 +45,7 @@ class CudaRowSampler final : public DeviceRowSampler {
       sampler_ = std::move(created).value();
     }
     pack(requests, draws, vocab);
-    const Status status = sampler_->sample(logits, rows_, sampled_);
+    const Status status = sampler_->sample(logits, rows_, sampled_, stream_);
     VLLM_CHECK_MSG(status.is_ok(), "Sampler::sample on {}: {}", device_.to_string(),
                    status.to_string());
 
@@ -158,6 +159,7 @@ class CudaRowSampler final : public DeviceRowSampler {
   }
 
   Device device_;
+  cudaStream_t stream_;
   std::unique_ptr<cuda::DeviceSampler> sampler_;
   // Per-step scratch, kept to avoid reallocating.
   std::vector<cuda::SamplingRow> rows_;
@@ -171,9 +173,9 @@ class CudaRowSampler final : public DeviceRowSampler {
 
 }  // namespace
 
-std::unique_ptr<DeviceRowSampler> make_device_row_sampler(Device device) {
+std::unique_ptr<DeviceRowSampler> make_device_row_sampler(Device device, void* stream) {
   VLLM_CHECK_MSG(device.is_cuda(), "no sampler for logits on {}", device.to_string());
-  return std::make_unique<CudaRowSampler>(device);
+  return std::make_unique<CudaRowSampler>(device, stream);
 }
 
 Tensor logits_to_host(const Tensor& logits) {

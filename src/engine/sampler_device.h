@@ -23,8 +23,9 @@ class DeviceRowSampler {
                                            std::span<const double> draws) = 0;
 };
 
-// A sampler for logits on `device` (a CUDA device).
-std::unique_ptr<DeviceRowSampler> make_device_row_sampler(Device device);
+// A sampler for logits on `device` (a CUDA device), queued on `stream` (a cudaStream_t;
+// nullptr: the legacy default stream).
+std::unique_ptr<DeviceRowSampler> make_device_row_sampler(Device device, void* stream);
 
 // A CPU copy of GPU logits F32 [rows, vocab] (rows may be strided).
 Tensor logits_to_host(const Tensor& logits);
