@@ -1,4 +1,5 @@
 // Gated DeltaNet and mixture-of-experts ops of the op layer (ops.h).
+#include "backend/cpu/gates.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
@@ -93,9 +94,16 @@ Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t to
   return unsupported("moe_route", topk_weights);
 }
 
-Status moe_experts(const ExecContext& ctx, const Tensor& x, const cpu::MoeExpertWeights& experts,
-                   const Tensor& topk_weights, const Tensor& topk_ids, Tensor& out) {
-  if (out.device().is_cpu()) return cpu::moe_experts(x, experts, topk_weights, topk_ids, out);
+Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,
+                   const Tensor& topk_weights, const Tensor& topk_ids,
+                   const MoeSharedExpert& shared, Tensor& out) {
+  if (out.device().is_cpu()) {
+    VLLM_RETURN_IF_ERROR(cpu::moe_experts(
+        x, cpu::experts_from_stacked(experts.gate_up, experts.down), topk_weights, topk_ids, out));
+    if (!shared.out.defined()) return Status::ok();
+    VLLM_ASSIGN_OR_RETURN(Tensor gate, detail::contiguous(ctx, shared.gate));
+    return cpu::add_sigmoid_gated(out, shared.out, gate);
+  }
   return unsupported("moe_experts", out);
 }
 
