@@ -125,26 +125,33 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
   return Status::ok();
 }
 
-Status MoeLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const {
+Expected<MoeLayer::Routing> MoeLayer::route(const ExecContext& ctx, const Tensor& x) const {
   const int64_t tokens = x.size(0), experts = spec_.num_experts, k = spec_.top_k;
-  VLLM_ASSIGN_OR_RETURN(Tensor logits, ctx.alloc({tokens, router_.size(0)}, DType::kF32));
-  VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, router_, Tensor(), logits));
-  VLLM_ASSIGN_OR_RETURN(Tensor weights, ctx.alloc({tokens, k}, DType::kF32));
-  VLLM_ASSIGN_OR_RETURN(Tensor ids, ctx.alloc({tokens, k}, DType::kI64));
-  VLLM_RETURN_IF_ERROR(
-      ops::moe_route(ctx, logits.slice(1, 0, experts), k, spec_.renormalize, weights, ids));
+  Routing r;
+  VLLM_ASSIGN_OR_RETURN(r.logits, ctx.alloc({tokens, router_.size(0)}, DType::kF32));
+  VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, router_, Tensor(), r.logits));
+  VLLM_ASSIGN_OR_RETURN(r.topk_weights, ctx.alloc({tokens, k}, DType::kF32));
+  VLLM_ASSIGN_OR_RETURN(r.topk_ids, ctx.alloc({tokens, k}, DType::kI64));
+  VLLM_RETURN_IF_ERROR(ops::moe_route(ctx, r.logits.slice(1, 0, experts), k, spec_.renormalize,
+                                      r.topk_weights, r.topk_ids));
+  return r;
+}
+
+Status MoeLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const {
+  const int64_t tokens = x.size(0), experts = spec_.num_experts;
+  VLLM_ASSIGN_OR_RETURN(Routing r, route(ctx, x));
   ops::MoeSharedExpert shared;
   if (shared_.loaded()) {
     VLLM_ASSIGN_OR_RETURN(shared.out, ctx.act({tokens, spec_.hidden_size}));
     VLLM_RETURN_IF_ERROR(shared_.forward(ctx, x, shared.out));
     if (gate_in_router_) {
-      shared.gate = logits.slice(1, experts, experts + 1);
+      shared.gate = r.logits.slice(1, experts, experts + 1);
     } else {
       VLLM_ASSIGN_OR_RETURN(shared.gate, ctx.act({tokens, 1}));
       VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, shared_gate_, Tensor(), shared.gate));
     }
   }
-  return ops::moe_experts(ctx, x, experts_, weights, ids, shared, out);
+  return ops::moe_experts(ctx, x, experts_, r.topk_weights, r.topk_ids, shared, out);
 }
 
 }  // namespace vllm

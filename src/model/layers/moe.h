@@ -37,6 +37,12 @@ class MoeLayer {
               const ExecContext& ctx);
   // x [T, H] -> out [T, H].
   Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
+  // The router alone: logits F32 [T, E (+ 1: the shared gate's logit)], topk_weights F32 and
+  // topk_ids I64 [T, top_k], all from ctx's workspace.
+  struct Routing {
+    Tensor logits, topk_weights, topk_ids;
+  };
+  Expected<Routing> route(const ExecContext& ctx, const Tensor& x) const;
 
   const ops::MoeWeights& experts() const { return experts_; }
 
