@@ -80,7 +80,7 @@ summary=()
 
 if [ -x "$cuda_tests" ]; then
   echo "== CUDA parity tests"
-  timeout 300 "$cuda_tests" 2>&1 | tee "$out/cuda_tests.log" | tail -40
+  timeout 450 "$cuda_tests" 2>&1 | tee "$out/cuda_tests.log" | tail -40
   summary+=("vllm_cuda_tests: $(grep -E '^\[  (PASSED|FAILED) ' "$out/cuda_tests.log" | tr '\n' ' ')")
   if command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer memcheck (strided, aliasing, unaligned, long rows, many rows)"
@@ -90,6 +90,8 @@ if [ -x "$cuda_tests" ]; then
     memcheck_tests+=':ElementwiseCuda.ConvertRoundsToNearestEven:RopeCuda.UnalignedRowsMatchCpu'
     memcheck_tests+=':RopeCuda.QueryOnly3dWithInt32Positions:CacheCuda.*:GemmCuda.StridedOperandsMatchCpu'
     memcheck_tests+=':GemmCuda.EmptyInnerDimensionWritesTheBias'
+    memcheck_tests+=':MoeCuda.RouteNonFiniteRowsMatchCpu:MoeCuda.ExpertsMatchCpuForTopK1To10'
+    memcheck_tests+=':MoeCuda.ExpertsSkipOutOfRangeIds'
     timeout 240 compute-sanitizer --tool memcheck --leak-check no "$cuda_tests" \
       --gtest_filter="$memcheck_tests" \
       2>&1 | tee "$out/memcheck.log" | tail -8
@@ -113,7 +115,7 @@ fi
 
 if [ -x "$cuda_tests" ]; then
   echo "== timings"
-  VLLM_BENCH=1 timeout 240 "$cuda_tests" --gtest_filter='NormCudaBench.*:GemmCudaBench.*' 2>&1 |
+  VLLM_BENCH=1 timeout 400 "$cuda_tests" --gtest_filter='NormCudaBench.*:GemmCudaBench.*:MoeCudaBench.*' 2>&1 |
     tee "$out/bench.log" | grep -E '^\|' >"$out/bench_table.txt"
 fi
 

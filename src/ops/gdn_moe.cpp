@@ -1,4 +1,5 @@
 // Gated DeltaNet and mixture-of-experts ops of the op layer (ops.h).
+#include "backend/cpu/gates.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
@@ -7,6 +8,7 @@
 
 #if VLLM_WITH_CUDA
 #include "backend/cuda/gdn.cuh"
+#include "backend/cuda/moe.cuh"
 #endif
 
 namespace vllm::ops {
@@ -90,12 +92,38 @@ Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t to
   if (topk_weights.device().is_cpu()) {
     return cpu::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids);
   }
+#if VLLM_WITH_CUDA
+  if (topk_weights.device().is_cuda()) {
+    return cuda::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids,
+                           stream(ctx));
+  }
+#endif
   return unsupported("moe_route", topk_weights);
 }
 
-Status moe_experts(const ExecContext& ctx, const Tensor& x, const cpu::MoeExpertWeights& experts,
-                   const Tensor& topk_weights, const Tensor& topk_ids, Tensor& out) {
-  if (out.device().is_cpu()) return cpu::moe_experts(x, experts, topk_weights, topk_ids, out);
+Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,
+                   const Tensor& topk_weights, const Tensor& topk_ids,
+                   const MoeSharedExpert& shared, Tensor& out) {
+  if (out.device().is_cpu()) {
+    VLLM_RETURN_IF_ERROR(cpu::moe_experts(
+        x, cpu::experts_from_stacked(experts.gate_up, experts.down), topk_weights, topk_ids, out));
+    if (!shared.out.defined()) return Status::ok();
+    VLLM_ASSIGN_OR_RETURN(Tensor gate, detail::contiguous(ctx, shared.gate));
+    return cpu::add_sigmoid_gated(out, shared.out, gate);
+  }
+#if VLLM_WITH_CUDA
+  if (out.device().is_cuda()) {
+    cuda::MoeExpertsArgs args;
+    args.gate_up = experts.gate_up;
+    args.down = experts.down;
+    args.shared_out = shared.out;
+    args.shared_gate = shared.gate;
+    VLLM_ASSIGN_OR_RETURN(size_t bytes, cuda::moe_experts_scratch_bytes(x, topk_ids, args));
+    VLLM_ASSIGN_OR_RETURN(Tensor scratch,
+                          ctx.alloc({static_cast<int64_t>(bytes)}, DType::kU8));
+    return cuda::moe_experts(x, topk_weights, topk_ids, args, scratch, out, stream(ctx));
+  }
+#endif
   return unsupported("moe_experts", out);
 }
 

@@ -14,10 +14,6 @@
 #include "ops/exec_context.h"
 #include "tensor/tensor.h"
 
-namespace vllm::cpu {
-struct MoeExpertWeights;
-}
-
 namespace vllm::ops {
 
 // ---- Data movement ----------------------------------------------------------------------
@@ -116,9 +112,23 @@ Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
 
 // ---- Mixture of experts ---------------------------------------------------------------------
 
+// router_logits F32 [T, E] (row stride allowed) -> topk_weights F32 [T, k], topk_ids I64 [T, k].
 Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t top_k,
                  bool renormalize, Tensor& topk_weights, Tensor& topk_ids);
-Status moe_experts(const ExecContext& ctx, const Tensor& x, const cpu::MoeExpertWeights& experts,
-                   const Tensor& topk_weights, const Tensor& topk_ids, Tensor& out);
+
+// A layer's experts, stacked: the layout the model keeps on every device.
+struct MoeWeights {
+  Tensor gate_up;  // [E, 2I, H]: expert e's gate rows [0, I), then its up rows [I, 2I)
+  Tensor down;     // [E, H, I]
+};
+// The shared expert's contribution, which moe_experts adds: sigmoid(gate[t]) * out[t].
+struct MoeSharedExpert {
+  Tensor out;   // [T, H] in x's dtype; undefined: no shared expert
+  Tensor gate;  // [T, 1] logits, F32 or x's dtype (row stride allowed)
+};
+// out[t] = sum_i topk_weights[t, i] * expert_{topk_ids[t, i]}(x[t]) (+ the shared expert).
+Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,
+                   const Tensor& topk_weights, const Tensor& topk_ids,
+                   const MoeSharedExpert& shared, Tensor& out);
 
 }  // namespace vllm::ops

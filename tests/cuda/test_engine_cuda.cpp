@@ -2,7 +2,8 @@
 // decodes, batches of mixed requests, preemption and resumption give each request the greedy
 // tokens it gets alone -- up to the first step where the alone run's top-2 log-prob margin is
 // below 0.05 (BF16 rounding may flip a near-tie) -- and every KV block and GDN state slot is
-// free at the end. Seeded sampling is reproducible whatever the batch. Skipped without a GPU.
+// free at the end. Seeded sampling is reproducible whatever the batch. The demo model's
+// greedy continuation on CUDA follows the CPU's. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "backend/cuda/runtime.h"
 #include "engine/engine_core.h"
+#include "tokenizer/tokenizer.h"
 
 namespace vllm::engine {
 namespace {
@@ -171,7 +173,49 @@ TEST_P(EngineCuda, SeededSamplingIgnoresBatchComposition) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, EngineCuda, ::testing::Values("llama", "qwen3", "qwen3_5_dense"));
+INSTANTIATE_TEST_SUITE_P(Golden, EngineCuda,
+                         ::testing::Values("llama", "qwen3", "qwen3_5_dense", "qwen3_5_moe",
+                                           "qwen3_next"));
+
+// The demo model's greedy continuation of the README prompt on CUDA (BF16) equals the CPU's
+// (F32, the reference) up to the first step where the CPU run's top-2 margin is below 0.05.
+TEST(DemoModelCuda, GreedyContinuationMatchesCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = fs::path(VLLM_SOURCE_DIR) / "models" / "qwen35-moe-demo";
+  auto tokenizer = Tokenizer::from_file(dir);
+  ASSERT_TRUE(tokenizer.has_value()) << tokenizer.status().to_string();
+  auto prompt = tokenizer->encode("def fibonacci(n):", /*add_special_tokens=*/true);
+  ASSERT_TRUE(prompt.has_value()) << prompt.status().to_string();
+  Job job;
+  job.id = "fibonacci";
+  job.prompt = *prompt;
+  job.params.temperature = 0.0;
+  job.params.max_tokens = 64;
+  job.params.ignore_eos = true;
+  job.params.logprobs = 2;
+  std::map<std::string, Result> results[2];
+  for (int on_cuda = 0; on_cuda < 2; ++on_cuda) {
+    LoadOptions options;
+    options.device = on_cuda ? Device::cuda() : Device::cpu();
+    options.dtype = on_cuda ? DType::kBF16 : DType::kF32;
+    auto model = load_model(dir, options);
+    ASSERT_TRUE(model.has_value()) << model.status().to_string();
+    EngineConfig config;
+    config.scheduler.max_model_len = 256;
+    config.kv_cache_memory_bytes = 16 << 20;
+    auto core = EngineCore::create(std::move(*model), config, {});
+    ASSERT_TRUE(core.has_value()) << core.status().to_string();
+    results[on_cuda] = run(**core, {job});
+  }
+  const Result& cpu = results[0][job.id];
+  const Result& gpu = results[1][job.id];
+  ASSERT_EQ(cpu.tokens.size(), 64u);
+  const int64_t compared = expect_same_up_to_margin(gpu, cpu, "demo model on CUDA");
+  EXPECT_GE(compared, 8) << "the margin rule left too few tokens to compare";
+  auto text = tokenizer->decode(gpu.tokens, DecodeOptions{});
+  std::printf("demo model on CUDA: %lld greedy tokens equal to the CPU's; def fibonacci(n):%s\n",
+              static_cast<long long>(compared), text.has_value() ? text->c_str() : "?");
+}
 
 // --gpu-memory-utilization sizes the KV cache from the device's free memory after a
 // profiling step.
@@ -180,7 +224,8 @@ TEST(EngineCudaMemory, UtilizationSizesTheCache) {
   LoadOptions options;
   options.device = Device::cuda();
   options.dtype = DType::kBF16;
-  auto model = load_model(fs::path(VLLM_SOURCE_DIR) / "tests" / "golden" / "qwen3_5_dense", options);
+  auto model =
+      load_model(fs::path(VLLM_SOURCE_DIR) / "tests" / "golden" / "qwen3_5_dense", options);
   ASSERT_TRUE(model.has_value()) << model.status().to_string();
   EngineConfig config;
   config.scheduler.max_model_len = 256;

@@ -165,7 +165,8 @@ TEST_P(GoldenCuda, ChunkedPrefillMatchesWhole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenCuda,
-                         ::testing::Values("llama", "qwen3", "qwen3_5_dense"));
+                         ::testing::Values("llama", "qwen3", "qwen3_5_dense", "qwen3_5_moe",
+                                           "qwen3_next"));
 
 }  // namespace
 }  // namespace vllm

@@ -246,6 +246,49 @@ TEST(HybridModelLoad, MissingOrMisshapedTensorIsNamed) {
   EXPECT_NE(model.status().message().find(expert), std::string::npos) << model.status().message();
 }
 
+// Experts that disagree with config.json (count or shape, per-expert or fused layout) and a
+// router config asking for more experts than there are fail at load, naming what is wrong.
+TEST(HybridModelLoad, ExpertsDisagreeingWithConfigAreNamed) {
+  HybridSpec moe;
+  moe.family = Family::kQwen3_5Moe;
+  auto expect_error = [](const HybridSpec& spec, const std::vector<std::string>& reshape,
+                         const std::string& needle) {
+    testing::TempDir dir{"vllm_hybrid_experts"};
+    ASSERT_TRUE(HybridCheckpointWriter(spec).write(dir.path(), {}, reshape).is_ok());
+    auto model = load_model(dir.path(), LoadOptions{});
+    ASSERT_FALSE(model.has_value()) << needle;
+    EXPECT_NE(model.status().message().find(needle), std::string::npos)
+        << model.status().message();
+  };
+  HybridSpec more = moe;  // the checkpoint has 7 experts, config.json 6
+  more.checkpoint_experts = 7;
+  expect_error(more, {}, "model.layers.0.mlp.experts.6.gate_proj.weight");
+  HybridSpec fewer = moe;
+  fewer.checkpoint_experts = 5;
+  expect_error(fewer, {}, "model.layers.0.mlp.experts.5.gate_proj.weight");
+  HybridSpec fused_more = more;
+  fused_more.fused_experts = true;
+  expect_error(fused_more, {}, "model.layers.0.mlp.experts.gate_up_proj");
+  expect_error(moe, {"model.layers.1.mlp.experts.3.up_proj.weight"},
+               "model.layers.1.mlp.experts.3.up_proj.weight");
+  HybridSpec fused = moe;
+  fused.fused_experts = true;
+  expect_error(fused, {"model.layers.2.mlp.experts.down_proj"},
+               "model.layers.2.mlp.experts.down_proj");
+  expect_error(moe, {"model.layers.3.mlp.gate.weight"}, "model.layers.3.mlp.gate.weight");
+
+  testing::TempDir dir{"vllm_hybrid_top_k"};
+  ASSERT_TRUE(HybridCheckpointWriter(moe).write(dir.path()).is_ok());
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir.path() / "config.json"));
+  config["num_experts_per_tok"] = 7;
+  std::ofstream(dir.path() / "config.json") << config.dump(2);
+  auto model = load_model(dir.path(), LoadOptions{});
+  ASSERT_FALSE(model.has_value());
+  EXPECT_NE(model.status().message().find("num_experts_per_tok (7) exceeds num_experts (6)"),
+            std::string::npos)
+      << model.status().message();
+}
+
 TEST(HybridModelCache, ShapesAndBadBatches) {
   testing::TempDir dir{"vllm_hybrid_cache"};
   HybridSpec spec;
