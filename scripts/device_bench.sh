@@ -5,15 +5,17 @@
 #
 #   bash scripts/device_bench.sh OUT_DIR [MODEL ...]     (default: Qwen3.5-4B Qwen3.5-27B)
 #
-# Needs build-device/ from scripts/device_test.sh. Each run's JSON goes to OUT_DIR; the table
-# at the end has per-step times and tokens/s. Exits non-zero if a run fails.
+# Needs build-device/ from scripts/device_test.sh. Writes OUT_DIR/figures.txt (the table
+# printed at the end: per-step times and tokens/s) and OUT_DIR/bench_logs.tar.gz (each run's
+# log and JSON). Exits non-zero if a run fails.
 set -uo pipefail
 if [ $# -lt 1 ]; then
   echo "usage: $0 OUT_DIR [MODEL ...]" >&2
   exit 2
 fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="$(mkdir -p "$1" && cd "$1" && pwd)"
+final="$(mkdir -p "$1" && cd "$1" && pwd)"
+out="$(mktemp -d)"
 shift
 models=("$@")
 [ ${#models[@]} -eq 0 ] && models=(Qwen3.5-4B Qwen3.5-27B)
@@ -32,7 +34,7 @@ latency() {
   local name="$1" model="$2" batch="$3" input="$4" output="$5"
   local json="$out/lat_${name}.json"
   if ! timeout 300 "$vllm" bench latency --model "$root/configs/$model" --load-format dummy \
-      --max-model-len 4096 --batch-size "$batch" --input-len "$input" --output-len "$output" \
+      --max-model-len 4096 --max-num-seqs 64 --batch-size "$batch" --input-len "$input" --output-len "$output" \
       --num-iters-warmup 1 --num-iters 3 --output-json "$json" --disable-detokenize \
       >"$out/lat_${name}.log" 2>&1; then
     echo "FAILED: $name" >&2
@@ -59,5 +61,6 @@ done
 
 echo
 echo "== figures"
-printf '%s\n' "${rows[@]}" | tee "$out/figures.txt"
+printf '%s\n' "${rows[@]}" | tee "$final/figures.txt"
+tar czf "$final/bench_logs.tar.gz" -C "$out" .
 exit $failed
