@@ -47,6 +47,7 @@ struct GatedDeltaRuleParams {
 // The gated delta rule, token by token per request (cpu::gated_delta_rule).
 // q, k [T, Hk * Dk]; v [T, Hv * Dv] (row strides allowed); g, beta F32 [T, Hv];
 // state F32 [num_slots, Hv, Dk, Dv] updated in place; out [T, Hv * Dv] in q's dtype.
+// Dk is 1 .. 256 (larger is refused: the state column lives in registers), Dv any size.
 Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, const GdnBatch& batch,
                         const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,
