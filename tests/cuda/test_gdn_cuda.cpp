@@ -420,6 +420,10 @@ TEST_F(GdnCuda, RejectsBadArguments) {
   expect_error(
       cuda::gated_delta_rule(qk257, qk257, v8, g1, g1, db.view, params, state257, out8, kStream),
       ErrorCode::kUnsupported, "key head dim 257 exceeds the 256");
+  // out sharing memory with an input other warps still read.
+  Tensor out_on_v = qkv.slice(1, 128, 192);
+  expect_error(cuda::gated_delta_rule(q, k, v, g, beta, db.view, params, state, out_on_v, kStream),
+               ErrorCode::kInvalidArgument, "out overlaps v");
 
   Tensor out_bf16 = dev(Tensor::empty({tokens, 64}, DType::kBF16));
   expect_error(cuda::gated_delta_rule(q, k, v, g, beta, db.view, params, state, out_bf16, kStream),
@@ -448,6 +452,18 @@ TEST_F(GdnCuda, RejectsBadArguments) {
   Tensor w4 = dev(Tensor::zeros({16, 4}, DType::kF32));
   expect_error(cuda::causal_conv1d(x, w4, Tensor(), db.view, conv_state4, conv_out, kStream),
                ErrorCode::kInvalidArgument, "conv_state");
+  // out may be x itself, but not x shifted by a column: another thread's inputs.
+  Tensor conv_state3 = dev(Tensor::zeros({4, 16, 3}, DType::kF32));
+  Tensor wide = dev(Tensor::zeros({tokens, 17}, DType::kF32));
+  Tensor x_left = wide.slice(1, 0, 16), x_right = wide.slice(1, 1, 17);
+  GDN_ASSERT_OK(cuda::causal_conv1d(x_left, w4, Tensor(), db.view, conv_state3, x_left, kStream));
+  expect_error(cuda::causal_conv1d(x_left, w4, Tensor(), db.view, conv_state3, x_right, kStream),
+               ErrorCode::kInvalidArgument, "out overlaps x");
+  // Interleaved column slices of one tensor share no element: allowed.
+  Tensor two = dev(Tensor::zeros({tokens, 32}, DType::kF32));
+  Tensor two_left = two.slice(1, 0, 16), two_right = two.slice(1, 16, 32);
+  GDN_ASSERT_OK(
+      cuda::causal_conv1d(two_left, w4, Tensor(), db.view, conv_state3, two_right, kStream));
 
   // Gating with g of the wrong dtype; norm with a head size that does not divide x.
   Tensor ab = dev(Tensor::zeros({tokens, 2}, DType::kF32));
@@ -458,6 +474,12 @@ TEST_F(GdnCuda, RejectsBadArguments) {
   Tensor w7 = dev(Tensor::zeros({7}, DType::kF32));
   expect_error(cuda::gated_rms_norm(out, out, w7, kNormEps, out, kStream),
                ErrorCode::kInvalidArgument, "head size");
+  Tensor w32 = dev(Tensor::zeros({32}, DType::kF32));
+  Tensor norm_z = dev(Tensor::zeros({tokens, 64}, DType::kF32));
+  expect_error(cuda::gated_rms_norm(out, norm_z, w32, kNormEps, norm_z, kStream),
+               ErrorCode::kInvalidArgument, "out overlaps z");
+  expect_error(cuda::gdn_gating(ab, ab, params2, params2, g, g, kStream),
+               ErrorCode::kInvalidArgument, "g overlaps beta");
 }
 
 // Needs no GPU: CPU tensors are refused before anything touches CUDA.

@@ -10,7 +10,9 @@
 // The batch's values stay on the device and are not validated by the host. A request whose
 // slot is outside [0, num_slots) -- padding rows use -1 -- reads and writes no state and gets
 // zero outputs; row bounds outside [0, T] are clamped. No batch value makes a kernel access
-// memory out of bounds. Implementations: gdn_conv.cu, gdn_rule.cu, gdn.cu (the rest).
+// memory out of bounds. Outputs and states must not share memory with the inputs (refused),
+// except where an op says out may be x itself. Implementations: gdn_conv.cu, gdn_rule.cu,
+// gdn.cu (the rest).
 #pragma once
 
 #include <cuda_runtime_api.h>

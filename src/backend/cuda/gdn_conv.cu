@@ -22,8 +22,9 @@
 // search over query_start_loc.
 //
 // One chunk per request instead (grid = R, no search) when every request has at most
-// kChunkTokens rows (decode) or when out overlaps x: out may alias x, and then no thread may
-// read a row that another thread has already overwritten with outputs.
+// kChunkTokens rows (decode) or when out is x itself (allowed; any other overlap of out with
+// x is refused): then no thread may read a row that another thread has already overwritten
+// with outputs, and each thread reads every element of its channels before overwriting it.
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -251,18 +252,6 @@ Status launch_conv(ConvParams<T> p, int64_t num_ids, cudaStream_t stream) {
   return check_launch("causal_conv1d_kernel");
 }
 
-// Byte ranges of two row views intersect.
-bool overlaps(const detail::Rows& a, const detail::Rows& b, size_t element_size) {
-  auto range = [&](const detail::Rows& r) {
-    const auto lo = reinterpret_cast<uintptr_t>(r.data);
-    const auto extent = static_cast<uintptr_t>((r.rows - 1) * r.row_stride + r.cols);
-    return std::pair<uintptr_t, uintptr_t>{lo, lo + extent * element_size};
-  };
-  const auto [a_lo, a_hi] = range(a);
-  const auto [b_lo, b_hi] = range(b);
-  return a_lo < b_hi && b_lo < a_hi;
-}
-
 template <typename T>
 Status dispatch_conv(const detail::Rows& x, const detail::Rows& out, ConvParams<T> p,
                      const GdnBatch& batch, cudaStream_t stream) {
@@ -270,7 +259,8 @@ Status dispatch_conv(const detail::Rows& x, const detail::Rows& out, ConvParams<
   p.out = static_cast<T*>(out.data);
   p.x_stride = x.row_stride;
   p.out_stride = out.row_stride;
-  p.chunked = batch.max_query_len > kChunkTokens && !overlaps(x, out, sizeof(T));
+  // out is x itself or shares no memory with it (checked): only aliasing forbids chunks.
+  p.chunked = batch.max_query_len > kChunkTokens && !detail::same_rows(x, out);
   const int64_t num_ids =
       p.chunked ? p.batch.num_tokens / kChunkTokens + p.batch.num_requests : p.batch.num_requests;
   constexpr int kVec = 16 / sizeof(T);
@@ -330,6 +320,13 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   }
   VLLM_ASSIGN_OR_RETURN(detail::Rows x_rows, detail::as_rows(kOp, "x", x));
   VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out_rows, out.element_size(), "x",
+                                                x_rows, x.element_size(), /*allow_same=*/true));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows state_rows, detail::as_rows(kOp, "conv_state", conv_state));
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "conv_state", state_rows, sizeof(float), "out",
+                                                out_rows, out.element_size()));
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "conv_state", state_rows, sizeof(float), "x",
+                                                x_rows, x.element_size()));
   VLLM_ASSIGN_OR_RETURN(detail::GdnBatchView view,
                         detail::check_gdn_batch(kOp, batch, x, tokens, conv_state.size(0)));
   if (channels > (int64_t{1} << 30)) {

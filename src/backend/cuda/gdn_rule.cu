@@ -39,6 +39,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
@@ -334,6 +335,19 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   VLLM_ASSIGN_OR_RETURN(detail::Rows g_rows, detail::as_rows(kOp, "g", g));
   VLLM_ASSIGN_OR_RETURN(detail::Rows beta_rows, detail::as_rows(kOp, "beta", beta));
   VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows state_rows, detail::as_rows(kOp, "state", state));
+  // Other warps still read q, k, v, g and beta (and the state) while one writes out.
+  const std::pair<std::string_view, const detail::Rows*> inputs[] = {
+      {"q", &q_rows}, {"k", &k_rows}, {"v", &v_rows}, {"g", &g_rows}, {"beta", &beta_rows}};
+  for (const auto& [name, rows] : inputs) {
+    const size_t size = name == "g" || name == "beta" ? sizeof(float) : q.element_size();
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, "out", out_rows, out.element_size(), name, *rows, size));
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, "state", state_rows, sizeof(float), name, *rows, size));
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "state", state_rows, sizeof(float), "out",
+                                                out_rows, out.element_size()));
   VLLM_ASSIGN_OR_RETURN(detail::GdnBatchView view,
                         detail::check_gdn_batch(kOp, batch, q, tokens, num_slots));
   if (hv > INT_MAX / 2 || dv > INT_MAX / 2) {
