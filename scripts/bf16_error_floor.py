@@ -1,0 +1,53 @@
+"""How far transformers itself lands from the f32 references in BF16.
+
+For each golden checkpoint in tests/golden/ this loads the model with transformers in
+bfloat16 on a CUDA device (eager attention, the torch fallbacks of the Gated DeltaNet
+layers), runs every reference prompt as one prefill and prints the worst relative L2 error
+of its logits against the stored float32 reference. It is the error floor of BF16 inference
+on these small random-weight models: the CUDA backend's BF16 tests are held to the same
+rule, so it tells whether a bound is reachable at all.
+
+    python3 scripts/bf16_error_floor.py [tests/golden] [model ...]
+"""
+import json
+import os
+import sys
+
+import torch
+import transformers
+from safetensors.torch import load_file
+
+
+def rel_l2(a, b):
+    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else "tests/golden"
+    names = sys.argv[2:] or ["llama", "qwen3", "qwen3_5_dense", "qwen3_5_moe", "qwen3_next"]
+    for name in names:
+        mdir = os.path.join(root, name)
+        with open(os.path.join(mdir, "config.json")) as f:
+            arch = json.load(f)["architectures"][0]
+        ref = load_file(os.path.join(mdir, "reference.safetensors"))
+        row = [name]
+        for dtype in (torch.float32, torch.bfloat16):
+            model = getattr(transformers, arch).from_pretrained(
+                mdir, dtype=dtype, attn_implementation="eager").cuda().eval()
+            worst = 0.0
+            p = 0
+            while f"prompt.{p}.token_ids" in ref:
+                ids = ref[f"prompt.{p}.token_ids"].cuda().unsqueeze(0)
+                with torch.no_grad():
+                    logits = model(ids).logits[0].float().cpu()
+                want = ref[f"prompt.{p}.logits"]
+                for i in range(want.shape[0]):
+                    worst = max(worst, rel_l2(logits[i], want[i]))
+                p += 1
+            row.append(f"{str(dtype).replace('torch.', '')} worst prefill rel L2 {worst:.2e}")
+            del model
+        print(" | ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
