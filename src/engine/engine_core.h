@@ -25,7 +25,12 @@ struct EngineConfig {
   int32_t block_size = 16;
   std::optional<int32_t> num_gpu_blocks_override;
   int64_t kv_cache_memory_bytes = int64_t{1} << 30;  // budget for the KV cache tensors
-  bool enable_prefix_caching = true;  // forced off for hybrid (GDN) models
+  bool enable_prefix_caching = true;
+  // Hybrid (GDN) models with prefix caching: the share of kv_cache_memory_bytes that holds
+  // GDN state snapshots (state_snapshot_pool.h), or their number outright. Snapshot positions
+  // are set by scheduler.state_snapshot_interval (state_snapshot_policy.h).
+  double mamba_cache_memory_fraction = 0.1;
+  std::optional<int32_t> num_mamba_snapshots_override;
   uint64_t seed = 0;
 };
 
@@ -38,6 +43,13 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t prefix_cache_queries = 0;  // tokens, since start
   int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_preempted_hits = 0;  // resumed requests' hits, counted apart (vLLM)
+  // Hybrid models: GDN state slots of running requests, and prefix-cache state snapshots.
+  int32_t num_state_slots = 0;
+  int32_t num_free_state_slots = 0;
+  int32_t state_snapshot_capacity = 0;
+  int32_t num_state_snapshots = 0;           // committed
+  int32_t num_reserved_state_snapshots = 0;  // being written by a step
 };
 
 class EngineCore {
@@ -61,6 +73,10 @@ class EngineCore {
   // One step: schedule, run the model, update. Outputs of every request that advanced.
   Expected<std::vector<EngineCoreOutput>> step();
 
+  // Forgets every cached prefix (and state snapshot), as vLLM's reset_prefix_cache; false, and
+  // nothing done, while requests hold blocks.
+  bool reset_prefix_cache() { return kv_->reset_prefix_cache(); }
+
   bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
   EngineStats stats() const;
   const ModelConfig& model_config() const { return model_->config(); }
@@ -79,6 +95,7 @@ class EngineCore {
   std::vector<EngineCoreOutput> pending_;  // aborts, delivered by the next step
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
+  int64_t prefix_cache_preempted_hits_ = 0;
 };
 
 }  // namespace vllm::engine
