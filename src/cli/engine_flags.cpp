@@ -20,10 +20,10 @@ void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
                   "KV cache budget (default 1 GiB)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching);
-  cmd->add_option("--mamba-cache-interval", flags->engine.scheduler.state_snapshot_interval,
+  cmd->add_option("--mamba-cache-interval", flags->engine.mamba_cache_interval,
                   "Hybrid models: prompt tokens between GDN state snapshots (a multiple of "
-                  "--block-size; 0: only prompt ends, shared-prefix junctions and outputs)")
-      ->capture_default_str()
+                  "--block-size; 0: only prompt ends, shared-prefix junctions and outputs; "
+                  "default 512, rounded up to a multiple of --block-size)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--mamba-cache-memory-fraction", flags->engine.mamba_cache_memory_fraction,
                   "Hybrid models: share of the cache budget for GDN state snapshots")

@@ -97,7 +97,10 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> 
   bool caching = config.enable_prefix_caching;
   StateSnapshotConfig snapshots;
   if (hybrid && caching) {
-    VLLM_ASSIGN_OR_RETURN(snapshots.num_snapshots, size_state_snapshots(mc, config));
+    const int64_t block = config.block_size;
+    sc.state_snapshot_interval = config.mamba_cache_interval.value_or(
+        (kDefaultMambaCacheInterval + block - 1) / block * block);
+    VLLM_ASSIGN_OR_RETURN(snapshots.num_snapshots, size_state_snapshots(mc, core->config_));
     snapshots.first_slot = sc.max_num_seqs;  // slots below belong to running requests
     caching = snapshots.num_snapshots > 0;
     sizing.available_memory_bytes -=

@@ -149,6 +149,17 @@ std::optional<StateSnapshotReservation> KVCacheManager::reserve_state_snapshot(
   return StateSnapshotReservation{hash, *slot};
 }
 
+int64_t KVCacheManager::cached_prefix_end(const KVCacheRequest& request, int64_t num_tokens) const {
+  const int64_t max_blocks = std::min<int64_t>((request.num_tokens() - 1) / block_size_,
+                                               static_cast<int64_t>(request.block_hashes.size()));
+  int64_t block = num_tokens / block_size_;
+  while (block < max_blocks && block_pool_->get_cached_block(
+                                   request.block_hashes[static_cast<size_t>(block)]) != nullptr) {
+    ++block;
+  }
+  return block * block_size_;
+}
+
 void KVCacheManager::commit_state_snapshot(const BlockHash& block_hash) {
   if (state_snapshots_) state_snapshots_->commit(block_hash);
 }

@@ -140,6 +140,11 @@ class KVCacheManager {
   // that prefix already has a snapshot or no slot can be had.
   std::optional<StateSnapshotReservation> reserve_state_snapshot(const KVCacheRequest& request,
                                                                  int64_t num_tokens);
+  // Where the run of cached blocks of the request's prefix that starts with the block holding
+  // token `num_tokens` ends (a block boundary, at most num_tokens() - 1; at or below
+  // num_tokens when that block is not cached). The request's own cached blocks lie before its
+  // num_computed_tokens, so past that this is other requests' work.
+  int64_t cached_prefix_end(const KVCacheRequest& request, int64_t num_tokens) const;
   // The reserved snapshot was written (after the step's forward pass).
   void commit_state_snapshot(const BlockHash& block_hash);
   // A superseded snapshot goes first when a slot is needed.

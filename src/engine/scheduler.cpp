@@ -51,6 +51,15 @@ void Scheduler::free_request(Request* request) {
   if (state_slots_ != nullptr) state_slots_->free(request->request_id());
 }
 
+void Scheduler::update_junction(Request* req, int64_t computed) {
+  if (!snapshots_ || computed >= req->num_tokens() - 1) return;
+  // Blocks of this request's prefix past `computed` that are cached already are another
+  // request's (computed, or being computed); where they end, the two prefixes part (or the
+  // other one has got to), and later requests sharing the prefix will look for a state.
+  const int64_t frontier = kv_->cached_prefix_end(req->kv_view(), computed);
+  if (frontier > computed) req->snapshot_junction = frontier;
+}
+
 int64_t Scheduler::clip_to_snapshot(const Request* req, int64_t computed, int64_t n) const {
   if (!snapshots_ || n <= 0) return n;
   const std::optional<int64_t> stop =
@@ -103,6 +112,7 @@ SchedulerOutput Scheduler::schedule() {
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* req = running_[i];
+    update_junction(req, req->num_computed_tokens);
     const int64_t n = cap(req, req->num_computed_tokens);
     if (n <= 0) {
       ++i;
@@ -132,9 +142,7 @@ SchedulerOutput Scheduler::schedule() {
     if (state_slots_ != nullptr && !state_slots_->allocate(req->request_id()).has_value()) break;
     ComputedBlocks hit;
     if (req->num_computed_tokens == 0) hit = kv_->get_computed_blocks(req->kv_view());
-    // Cached KV past the last snapshot: another request shared this prefix; save its state.
-    req->snapshot_junction =
-        hit.num_cached_kv_tokens > hit.num_computed_tokens ? hit.num_cached_kv_tokens : 0;
+    update_junction(req, hit.num_computed_tokens);
     const int64_t n = cap(req, hit.num_computed_tokens);
     if (n <= 0) {
       if (state_slots_ != nullptr) state_slots_->free(req->request_id());

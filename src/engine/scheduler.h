@@ -123,8 +123,10 @@ class Scheduler {
   void preempt(Request* request);
   void free_request(Request* request);
   bool check_stop(Request* request);
-  // Hybrid models: shortens a chunk to the next snapshot position; reserves the snapshot when
-  // the chunk ends at one.
+  // Hybrid models: notes where the cached KV of the request's prefix ends ahead of it (a
+  // junction, state_snapshot_policy.h); shortens a chunk to the next snapshot position;
+  // reserves the snapshot when the chunk ends at one.
+  void update_junction(Request* request, int64_t num_computed_tokens);
   int64_t clip_to_snapshot(const Request* request, int64_t num_computed_tokens,
                            int64_t num_new_tokens) const;
   void maybe_save_snapshot(Request* request, const ScheduledRequest& scheduled,

@@ -7,8 +7,9 @@
 //
 //   prompt end     the last block boundary of the prompt, floor(P / block_size) * block_size:
 //                  the next turn of a chat, or the same prompt sent again, resumes there;
-//   junction       the end of the cached KV prefix found at admission when it runs past the
-//                  last snapshot: some earlier request shared exactly that much, so later
+//   junction       where the blocks of the request's prefix that other requests have cached
+//                  (or are computing) end, ahead of its own progress -- looked at whenever a
+//                  chunk is scheduled: an earlier request shared exactly that much, so later
 //                  ones (a shared system prompt) will hit there;
 //   interval       every `interval` tokens of the prompt (0: none), so that prefixes that
 //                  nobody has shared yet, and preempted prefills, resume near where they were;

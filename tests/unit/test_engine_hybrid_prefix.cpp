@@ -204,7 +204,7 @@ TEST_P(HybridPrefixCacheTest, MultiTurnReplaysResumeAfterTheLastReply) {
 TEST_P(HybridPrefixCacheTest, IntervalSnapshotsGiveHitsMidPrompt) {
   EngineConfig config;
   config.block_size = 8;
-  config.scheduler.state_snapshot_interval = 16;
+  config.mamba_cache_interval = 16;
   auto core = make_engine(GetParam(), config);
   auto plain = make_engine(GetParam(), uncached(config));
   ASSERT_TRUE(core && plain);
@@ -225,6 +225,28 @@ TEST_P(HybridPrefixCacheTest, IntervalSnapshotsGiveHitsMidPrompt) {
   cached = run(*core, third);
   expect_same(cached, run(*plain, third), "c");
   EXPECT_EQ(cached["c"].num_cached_tokens, 24);
+  expect_reset_frees_everything(*core);
+}
+
+TEST_P(HybridPrefixCacheTest, RequestsInLockstepFindWhereTheyPart) {
+  EngineConfig config;
+  config.block_size = 8;
+  config.mamba_cache_interval = 16;
+  auto core = make_engine(GetParam(), config);
+  auto plain = make_engine(GetParam(), uncached(config));
+  ASSERT_TRUE(core && plain);
+  const int64_t vocab = core->model_config().vocab_size;
+  std::mt19937 rng(17);
+  const std::vector<int32_t> shared = tokens(rng, 45, vocab);
+  // a and b start in one step and prefill side by side, chunk by chunk; b sees a's blocks
+  // run ahead of it up to token 40, where their prompts part, and saves its state there.
+  std::vector<Job> pair = {{"a", concat(shared, tokens(rng, 5, vocab)), 4},
+                           {"b", concat(shared, tokens(rng, 7, vocab)), 4}};
+  expect_same(run(*core, pair), run(*plain, pair), "a, b");
+  std::vector<Job> third = {{"c", concat(shared, tokens(rng, 9, vocab)), 4}};
+  auto cached = run(*core, third);
+  expect_same(cached, run(*plain, third), "c");
+  EXPECT_EQ(cached["c"].num_cached_tokens, 40);
   expect_reset_frees_everything(*core);
 }
 
@@ -266,7 +288,7 @@ TEST_P(HybridPrefixCacheTest, PreemptedRequestsResumeFromTheirOwnSnapshots) {
   config.scheduler.max_num_seqs = 8;
   // A snapshot at every block of the prompts: whatever head of a victim's prefix survives the
   // eviction its preemption was for can be resumed from.
-  config.scheduler.state_snapshot_interval = 4;
+  config.mamba_cache_interval = 4;
   auto core = make_engine(GetParam(), config);
   auto plain = make_engine(GetParam(), uncached(config));
   ASSERT_TRUE(core && plain);
@@ -324,6 +346,11 @@ TEST(HybridPrefixCacheConfig, SnapshotSharingAndBadSettings) {
   const EngineStats stats = core->stats();
   EXPECT_GT(stats.state_snapshot_capacity, 0);
   EXPECT_EQ(stats.num_state_slots, 256);
+  EXPECT_EQ(core->config().scheduler.state_snapshot_interval, 512);
+  EngineConfig odd_blocks = config;
+  odd_blocks.block_size = 48;  // the default interval rounds up to whole blocks
+  EXPECT_EQ(make_engine("qwen3_5_moe", odd_blocks)->config().scheduler.state_snapshot_interval,
+            528);
 
   config.mamba_cache_memory_fraction = 0.0;  // no snapshot fits: prefix caching goes off
   core = make_engine("qwen3_5_moe", config);
@@ -340,7 +367,7 @@ TEST(HybridPrefixCacheConfig, SnapshotSharingAndBadSettings) {
     return created.has_value() ? std::string() : created.status().message();
   };
   EngineConfig odd = config;
-  odd.scheduler.state_snapshot_interval = 12;
+  odd.mamba_cache_interval = 12;
   EXPECT_NE(bad(odd).find("--mamba-cache-interval"), std::string::npos);
   EngineConfig share = config;
   share.mamba_cache_memory_fraction = 1.5;

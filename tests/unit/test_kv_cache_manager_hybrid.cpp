@@ -170,6 +170,20 @@ TEST(KVCacheManagerHybrid, ResetForgetsSnapshotsToo) {
   EXPECT_TRUE(m.get_computed_blocks(TestRequest("b", range(0, 12)).view()).blocks.empty());
 }
 
+TEST(KVCacheManagerHybrid, CachedPrefixEndIsWhereOthersCachedBlocksStop) {
+  KVCacheManager m(32, kBlock, true, 1024, StateSnapshotConfig{1, 2});
+  TestRequest a("a", range(0, 21));  // 5 full blocks
+  admit(m, a);
+  TestRequest b("b", range(0, 30));
+  EXPECT_EQ(m.cached_prefix_end(b.view(), 0), 20);
+  EXPECT_EQ(m.cached_prefix_end(b.view(), 9), 20);   // from the block holding token 9
+  EXPECT_EQ(m.cached_prefix_end(b.view(), 20), 20);  // nothing cached from there
+  EXPECT_EQ(m.cached_prefix_end(b.view(), 23), 20);
+  TestRequest c("c", range(0, 12));
+  EXPECT_EQ(m.cached_prefix_end(c.view(), 0), 8);  // at most num_tokens - 1 = 11 tokens
+  m.free("a");
+}
+
 TEST(KVCacheManagerHybrid, NoSnapshotForAnUncachedPrefix) {
   KVCacheManager m(16, kBlock, true, 1024, StateSnapshotConfig{1, 2});
   TestRequest a("a", range(0, 9));
