@@ -5,8 +5,10 @@
 // positions where a snapshot is wanted, and the model runner copies the request's state slot
 // into a snapshot slot after that step. The positions (token counts, on block boundaries):
 //
-//   prompt end     the last block boundary of the prompt, floor(P / block_size) * block_size:
-//                  the next turn of a chat, or the same prompt sent again, resumes there;
+//   prompt end     the last block boundary of the prompt, floor(P / block_size) * block_size
+//                  (vLLM's last cache position): the same prompt sent again resumes there
+//                  (unless P is whole blocks: a hit leaves the last token to compute), and so
+//                  does a longer one that does not resend the reply verbatim;
 //   junction       where the blocks of the request's prefix that other requests have cached
 //                  (or are computing) end, ahead of its own progress -- looked at whenever a
 //                  chunk is scheduled: an earlier request shared exactly that much, so later
@@ -14,8 +16,9 @@
 //   interval       every `interval` tokens of the prompt (0: none), so that prefixes that
 //                  nobody has shared yet, and preempted prefills, resume near where they were;
 //   output         every block boundary past the prompt (one token per decode step reaches
-//                  each of them); each request keeps only its latest one in front of the
-//                  LRU queue: at the end it covers the reply, which the next turn resends.
+//                  each of them); a request's earlier output snapshots are demoted to the
+//                  front of the LRU queue as newer ones come, and its last one covers the
+//                  reply, which the next turn of a chat resends.
 //
 // A resumed (preempted) request recomputes its outputs as a prefill: its last block boundary
 // counts as an output position and is the only stop past the prompt.
