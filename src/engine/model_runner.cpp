@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "ops/ops.h"
+#include "model/state_copy.h"
 
 namespace vllm::engine {
 namespace {
@@ -94,7 +95,12 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
   if (output.empty()) return result;
   std::vector<std::vector<int64_t>> prompt_rows;
   ForwardBatch batch = prepare_inputs(output, &prompt_rows);
+  // Hybrid prefix caching: restored snapshots in, then the step, then the snapshots it saves out.
+  VLLM_RETURN_IF_ERROR(
+      copy_state_slots(model_->context(), cache_, output.state_restores.src_slots, output.state_restores.dst_slots));
   VLLM_ASSIGN_OR_RETURN(Tensor logits, model_->forward(batch, cache_));
+  VLLM_RETURN_IF_ERROR(
+      copy_state_slots(model_->context(), cache_, output.state_saves.src_slots, output.state_saves.dst_slots));
 
   std::vector<SamplingRequestState> states;
   std::vector<int64_t> sample_rows;
