@@ -94,7 +94,7 @@ __device__ __forceinline__ uint4 load_input16(const void* p) {
 
 // Elements [k0, k0 + 8) of a BF16 row as four words, zeros from k on. kVec: the 8 elements
 // are one aligned 16-byte chunk (k is a multiple of 8, so the chunk is all in or all out).
-// Unsigned offsets: k0 runs up to 120 past k, and k may be close to 2^31.
+// Unsigned offsets: k0 runs a few steps past k, and k may be close to 2^31.
 template <bool kVec, bool kWeight>
 __device__ __forceinline__ uint4 load_chunk8(const uint16_t* row, uint32_t k0, uint32_t k) {
   if constexpr (kVec) {
