@@ -92,6 +92,8 @@ if [ -x "$cuda_tests" ]; then
     memcheck_tests+=':GemmCuda.EmptyInnerDimensionWritesTheBias'
     memcheck_tests+=':MoeCuda.RouteNonFiniteRowsMatchCpu:MoeCuda.ExpertsMatchCpuForTopK1To10'
     memcheck_tests+=':MoeCuda.ExpertsSkipOutOfRangeIds'
+    memcheck_tests+=':GemvCuda.StridedAndUnalignedOperandsMatchCpu:GemvCuda.OddInnerDimensionsMatchCpu'
+    memcheck_tests+=':GemvCuda.RefusesMoreRowsThanItsCapacity'
     timeout 240 compute-sanitizer --tool memcheck --leak-check no "$cuda_tests" \
       --gtest_filter="$memcheck_tests" \
       2>&1 | tee "$out/memcheck.log" | tail -8
@@ -115,7 +117,7 @@ fi
 
 if [ -x "$cuda_tests" ]; then
   echo "== timings"
-  VLLM_BENCH=1 timeout 400 "$cuda_tests" --gtest_filter='NormCudaBench.*:GemmCudaBench.*:MoeCudaBench.*' 2>&1 |
+  VLLM_BENCH=1 timeout 400 "$cuda_tests" --gtest_filter='NormCudaBench.*:GemmCudaBench.*:GemvCudaBench.*:MoeCudaBench.*' 2>&1 |
     tee "$out/bench.log" | grep -E '^\|' >"$out/bench_table.txt"
 fi
 
