@@ -213,18 +213,19 @@ TEST_F(GemvCuda, RowsDoNotDependOnTheBatch) {
   }
 }
 
-// linear() takes the GEMV up to kGemvCrossoverRows rows (bit-identical to gemv()) and
-// cuBLASLt above (bit-identical to linear() with the GEMV off).
+// With the GEMV on up to its capacity, linear() takes it up to that many rows (bit-identical
+// to gemv()) and cuBLASLt above (bit-identical to linear() with the GEMV off).
 TEST_F(GemvCuda, LinearDispatchesByBatchSize) {
   const int64_t n = 1536, k = 2048;
   Tensor w = to_device(random_tensor({n, k}, kBF16, rng_, 0.0f, 0.05f));
-  for (int64_t m : {int64_t{1}, cuda::kGemvCrossoverRows, cuda::kGemvCrossoverRows + 1}) {
+  ASSERT_TRUE(blas_->set_gemv_max_rows(cuda::kGemvMaxRows).is_ok());
+  for (int64_t m : {int64_t{1}, cuda::kGemvMaxRows, cuda::kGemvMaxRows + 1}) {
     SCOPED_TRACE(fmt::format("M = {}", m));
     Tensor x = to_device(random_tensor({m, k}, kBF16, rng_, 0.0f, 1.0f));
     Tensor via_linear = to_device(Tensor::empty({m, n}, kF32));
     Tensor expected = to_device(Tensor::empty({m, n}, kF32));
     ASSERT_TRUE(cuda::linear(*blas_, x, w, Tensor(), via_linear, nullptr).is_ok());
-    const bool gemv = m <= cuda::kGemvCrossoverRows;
+    const bool gemv = m <= cuda::kGemvMaxRows;
     const size_t plans = blas_->cached_plans();
     Status s = gemv ? cuda::gemv(x, w, Tensor(), expected, nullptr)
                     : cublas_linear(x, w, Tensor(), expected);

@@ -20,10 +20,12 @@ namespace vllm::cuda {
 // The batched GEMV's capacity: its kernels keep one set of sums per row of x, fixed at compile
 // time, so gemv() refuses more rows.
 inline constexpr int64_t kGemvMaxRows = 16;
-// linear() takes the GEMV for M up to this many rows and cuBLASLt above. Both are bound by
-// reading the weight once at these sizes; the GEMV's time barely grows with M up to its
-// capacity, so it starts at the capacity (the timing mode, GemvCudaBench, measures it).
-inline constexpr int64_t kGemvCrossoverRows = 16;
+// linear() takes the GEMV for M up to this many rows and cuBLASLt above. Measured on an H200
+// (GemvCudaBench, BENCHMARKS.md): over a whole decode step cuBLASLt reads the weights faster
+// (Qwen3.5-27B 88.7% of 4.3 TB/s against the GEMV's 78.4%; 4B 69.7% against 68.4%), the GEMV
+// winning only on the N = 2560 matrices (1.1x). So linear() uses cuBLASLt at every M until the
+// GEMV is faster; set_gemv_max_rows() turns it on for measurements.
+inline constexpr int64_t kGemvCrossoverRows = 0;
 
 class BlasContext {
  public:
