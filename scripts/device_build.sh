@@ -90,6 +90,8 @@ if [ -x "$cuda_tests" ]; then
     memcheck_tests+=':ElementwiseCuda.ConvertRoundsToNearestEven:RopeCuda.UnalignedRowsMatchCpu'
     memcheck_tests+=':RopeCuda.QueryOnly3dWithInt32Positions:CacheCuda.*:GemmCuda.StridedOperandsMatchCpu'
     memcheck_tests+=':GemmCuda.EmptyInnerDimensionWritesTheBias'
+    memcheck_tests+=':GdnCuda.ConvMatchesCpuSmallShapes:GdnCuda.ConvOutputMayAliasInput:GdnCuda.*Padding*'
+    memcheck_tests+=':GdnCuda.RuleMatchesCpuAnyKeyDim:GdnLayerCuda.LayerInChunksMatchesOneCallAndCpuOddHeadDims'
     timeout 240 compute-sanitizer --tool memcheck --leak-check no "$cuda_tests" \
       --gtest_filter="$memcheck_tests" \
       2>&1 | tee "$out/memcheck.log" | tail -8
