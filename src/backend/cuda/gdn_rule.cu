@@ -61,6 +61,13 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // The largest key-dim capacity: 64 state floats per lane, still without register spills.
 constexpr int kMaxKeyDim = 256;
 
+// The smallest Dk that dispatch_rule gives the kernel of capacity kCap (the capacities double
+// from 32): the kernel loads k/q elements below it unmasked.
+template <int kCap>
+constexpr int min_key_dim() {
+  return kCap == 32 ? 1 : kCap / 2 + 1;
+}
+
 template <typename T>
 struct RuleParams {
   const T* q;         // [T, Hk * Dk], row stride q_stride
@@ -89,8 +96,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   constexpr int kRows = kCap / kRowGroups;    // state rows per lane
   constexpr int kPerLane = kCap / kWarpSize;  // k / q elements each lane stages
   static_assert(kRows % 4 == 0 && kPerLane >= 1, "rows are read as float4");
-  // dispatch_rule runs a capacity only for the Dk the next smaller one cannot hold.
-  constexpr int kMinDk = kCap == 32 ? 1 : kCap / 2 + 1;
+  constexpr int kMinDk = min_key_dim<kCap>();
   // [warp][buffer][k, q][C]; elements Dk .. C - 1 stay zero.
   __shared__ __align__(16) float stage[kWarpsPerBlock][2][2][kCap];
 
@@ -249,6 +255,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
 
 template <typename T, int kCap>
 Status launch_rule(const RuleParams<T>& p, cudaStream_t stream) {
+  VLLM_CHECK(p.dk >= min_key_dim<kCap>() && p.dk <= kCap);
   const int64_t items = static_cast<int64_t>(p.batch.num_requests) * p.value_heads * p.col_tiles;
   const int64_t blocks = detail::ceil_div(items, kWarpsPerBlock);
   if (blocks > INT_MAX) {
