@@ -63,13 +63,15 @@ ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
   return batch;
 }
 
-Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
+Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output,
+                                          BitmaskJob* grammar_masks) {
   StepResult result;
   result.prompt_logprobs.resize(output.requests.size());
   if (output.empty()) return result;
   std::vector<std::vector<int64_t>> prompt_rows;
   ForwardBatch batch = prepare_inputs(output, &prompt_rows);
   VLLM_ASSIGN_OR_RETURN(Tensor logits, model_->forward(batch, cache_));
+  const GrammarBitmask* masks = grammar_masks != nullptr ? &grammar_masks->wait() : nullptr;
 
   std::vector<SamplingRequestState> states;
   std::vector<int64_t> sample_rows;
@@ -95,6 +97,7 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
       state.prompt_token_ids = req.prompt_token_ids();
       state.output_token_ids = req.output_token_ids();
       state.eos_token_ids = req.eos_token_ids();
+      if (masks != nullptr) state.allowed_token_bitmask = masks->mask_of(r);
       states.push_back(state);
       sample_rows.push_back(row++);
     }

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/structured_output_manager.h"
 #include "model/model.h"
 
 namespace vllm::engine {
@@ -26,7 +27,9 @@ class ModelRunner {
  public:
   ModelRunner(Model* model, ModelCache cache, uint64_t seed);
 
-  Expected<StepResult> execute(const SchedulerOutput& output);
+  // `grammar_masks` (may be null): the step's structured-output bitmasks, waited for after
+  // the forward pass and applied by the sampler.
+  Expected<StepResult> execute(const SchedulerOutput& output, BitmaskJob* grammar_masks = nullptr);
 
   const ModelCache& cache() const { return cache_; }
 
