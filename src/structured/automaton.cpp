@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "structured/dfa_minimize.h"
 #include "structured/nfa.h"
 
 namespace vllm::structured {
@@ -24,15 +25,6 @@ struct VectorHash {
   }
 };
 
-// One rule's DFA before global numbering.
-struct RuleDfa {
-  int32_t rule = -1;
-  std::vector<int32_t> next;  // [states x classes], local ids or -1
-  std::vector<uint8_t> accepting;
-  std::vector<std::vector<GrammarAutomaton::Call>> calls;  // return_state is local
-  int32_t size() const { return static_cast<int32_t>(accepting.size()); }
-};
-
 }  // namespace
 
 class AutomatonBuilder {
@@ -45,7 +37,7 @@ class AutomatonBuilder {
     for (size_t r = 0; r < nfa_.rule_start.size(); ++r) {
       if (nfa_.rule_start[r] < 0) continue;
       VLLM_ASSIGN_OR_RETURN(RuleDfa dfa, determinize(static_cast<int32_t>(r)));
-      dfas_.push_back(minimize(std::move(dfa)));
+      dfas_.push_back(minimize_dfa(dfa, out_.num_classes_));
     }
     nfa_ = Nfa();
     return finish();
@@ -139,72 +131,6 @@ class AutomatonBuilder {
     return dfa;
   }
 
-  // Moore's partition refinement: states with the same acceptance and the same blocks
-  // after every byte class and call merge.
-  RuleDfa minimize(RuleDfa dfa) const {
-    const int32_t n = dfa.size();
-    const auto classes = static_cast<size_t>(out_.num_classes_);
-    std::vector<int32_t> block(static_cast<size_t>(n));
-    for (int32_t s = 0; s < n; ++s)
-      block[static_cast<size_t>(s)] = dfa.accepting[static_cast<size_t>(s)];
-    int32_t num_blocks = -1;
-    std::vector<int32_t> signature;
-    while (true) {
-      std::unordered_map<std::vector<int32_t>, int32_t, VectorHash> ids;
-      std::vector<int32_t> next_block(static_cast<size_t>(n));
-      for (int32_t s = 0; s < n; ++s) {
-        signature.clear();
-        signature.push_back(block[static_cast<size_t>(s)]);
-        for (size_t c = 0; c < classes; ++c) {
-          const int32_t t = dfa.next[static_cast<size_t>(s) * classes + c];
-          signature.push_back(t < 0 ? -1 : block[static_cast<size_t>(t)]);
-        }
-        for (const auto& call : dfa.calls[static_cast<size_t>(s)]) {
-          signature.push_back(call.rule);
-          signature.push_back(block[static_cast<size_t>(call.return_state)]);
-        }
-        auto it = ids.emplace(signature, static_cast<int32_t>(ids.size())).first;
-        next_block[static_cast<size_t>(s)] = it->second;
-      }
-      const auto count = static_cast<int32_t>(ids.size());
-      block.swap(next_block);
-      if (count == num_blocks || count == n) {
-        num_blocks = count;
-        break;
-      }
-      num_blocks = count;
-    }
-    if (num_blocks == n) return dfa;
-    // Renumber so the start state's block is 0.
-    std::vector<int32_t> remap(static_cast<size_t>(num_blocks), -1);
-    std::vector<int32_t> representative;
-    for (int32_t s = 0; s < n; ++s) {
-      int32_t& r = remap[static_cast<size_t>(block[static_cast<size_t>(s)])];
-      if (r < 0) {
-        r = static_cast<int32_t>(representative.size());
-        representative.push_back(s);
-      }
-    }
-    RuleDfa out;
-    out.rule = dfa.rule;
-    out.next.assign(static_cast<size_t>(num_blocks) * classes, -1);
-    for (size_t b = 0; b < representative.size(); ++b) {
-      const auto s = static_cast<size_t>(representative[b]);
-      out.accepting.push_back(dfa.accepting[s]);
-      for (size_t c = 0; c < classes; ++c) {
-        const int32_t t = dfa.next[s * classes + c];
-        if (t >= 0)
-          out.next[b * classes + c] = remap[static_cast<size_t>(block[static_cast<size_t>(t)])];
-      }
-      out.calls.emplace_back();
-      for (const auto& call : dfa.calls[s]) {
-        out.calls.back().push_back(
-            {call.rule, remap[static_cast<size_t>(block[static_cast<size_t>(call.return_state)])]});
-      }
-    }
-    return out;
-  }
-
   // Globally numbered tables with dead states and calls to empty rules removed; then the
   // nullable rules and the left-recursion check.
   Expected<GrammarAutomaton> finish() {
@@ -215,34 +141,59 @@ class AutomatonBuilder {
       dfa_of_rule[static_cast<size_t>(dfas_[i].rule)] = static_cast<int32_t>(i);
 
     // live[i][s]: from state s of dfa i an accepting state can be reached (through calls of
-    // productive rules); productive[r]: rule r matches at least one string.
+    // productive rules); productive[r]: rule r matches at least one string. A backward
+    // search from the accepting states over reversed edges; a call edge counts once its
+    // callee turns out productive.
     std::vector<std::vector<uint8_t>> live(dfas_.size());
-    for (size_t i = 0; i < dfas_.size(); ++i) live[i] = dfas_[i].accepting;
     std::vector<uint8_t> productive(num_rules, 0);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t i = 0; i < dfas_.size(); ++i) {
-        const RuleDfa& d = dfas_[i];
-        for (int32_t s = 0; s < d.size(); ++s) {
-          if (live[i][static_cast<size_t>(s)]) continue;
-          bool ok = false;
-          for (size_t c = 0; c < classes && !ok; ++c) {
-            const int32_t t = d.next[static_cast<size_t>(s) * classes + c];
-            ok = t >= 0 && live[i][static_cast<size_t>(t)];
-          }
-          for (const auto& call : d.calls[static_cast<size_t>(s)]) {
-            if (ok) break;
-            ok = productive[static_cast<size_t>(call.rule)] &&
-                 live[i][static_cast<size_t>(call.return_state)];
-          }
-          if (ok) {
-            live[i][static_cast<size_t>(s)] = 1;
-            changed = true;
-          }
+    struct Pred {
+      int32_t from;
+      int32_t rule;  // -1: a byte edge
+    };
+    std::vector<std::vector<std::vector<Pred>>> preds(dfas_.size());
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> waiting(num_rules);  // (dfa, state)
+    std::vector<std::pair<int32_t, int32_t>> work;
+    for (size_t i = 0; i < dfas_.size(); ++i) {
+      const RuleDfa& d = dfas_[i];
+      live[i].assign(static_cast<size_t>(d.size()), 0);
+      preds[i].resize(static_cast<size_t>(d.size()));
+      for (int32_t s = 0; s < d.size(); ++s) {
+        for (size_t c = 0; c < classes; ++c) {
+          const int32_t t = d.next[static_cast<size_t>(s) * classes + c];
+          if (t >= 0) preds[i][static_cast<size_t>(t)].push_back({s, -1});
         }
-        if (live[i][0] && !productive[static_cast<size_t>(d.rule)]) {
-          productive[static_cast<size_t>(d.rule)] = 1;
-          changed = true;
+        for (const auto& call : d.calls[static_cast<size_t>(s)]) {
+          preds[i][static_cast<size_t>(call.return_state)].push_back({s, call.rule});
+        }
+      }
+    }
+    auto make_live = [&](int32_t i, int32_t s) {
+      uint8_t& l = live[static_cast<size_t>(i)][static_cast<size_t>(s)];
+      if (l) return;
+      l = 1;
+      work.push_back({i, s});
+    };
+    for (size_t i = 0; i < dfas_.size(); ++i) {
+      for (int32_t s = 0; s < dfas_[i].size(); ++s) {
+        if (dfas_[i].accepting[static_cast<size_t>(s)]) make_live(static_cast<int32_t>(i), s);
+      }
+    }
+    while (!work.empty()) {
+      const auto [i, t] = work.back();
+      work.pop_back();
+      if (t == 0) {  // the rule's start: the rule is productive
+        const auto rule = static_cast<size_t>(dfas_[static_cast<size_t>(i)].rule);
+        if (!productive[rule]) {
+          productive[rule] = 1;
+          for (const auto& [wi, ws] : waiting[rule]) make_live(wi, ws);
+          waiting[rule].clear();
+        }
+      }
+      for (const Pred& p : preds[static_cast<size_t>(i)][static_cast<size_t>(t)]) {
+        if (p.rule < 0 || productive[static_cast<size_t>(p.rule)]) {
+          make_live(i, p.from);
+        } else {
+          waiting[static_cast<size_t>(p.rule)].push_back({i, p.from});
         }
       }
     }

@@ -533,7 +533,7 @@ bool looks_like_lark(std::string_view text) {
 Expected<Grammar> parse_ebnf(std::string_view text, std::string_view root_name) {
   const bool lark = looks_like_lark(text);
   EbnfParser parser(text, lark);
-  auto grammar = parser.parse(lark && root_name == "root" ? "root" : root_name);
+  auto grammar = parser.parse(root_name);  // Lark's `start` is read as `root`
   if (!grammar) return grammar.status();
   VLLM_RETURN_IF_ERROR(rewrite_direct_left_recursion(&*grammar));
   return grammar;

@@ -2,6 +2,8 @@
 // errors with positions, and what the compiled automaton matches.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "structured/automaton.h"
 #include "structured_test_util.h"
 
@@ -216,6 +218,126 @@ TEST(StructuredAutomaton, MinimizedStateCounts) {
   auto digits = build_automaton(*regex_to_grammar("[0-9]{1,3}"));
   ASSERT_TRUE(digits.has_value());
   EXPECT_EQ(digits->num_states(), 4);
+}
+
+TEST(StructuredAutomaton, LongChainsStayExact) {
+  auto g = compile_regex("[a-c]{3000}", byte_vocab());
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->automaton().num_states(), 3001);
+  EXPECT_TRUE(matches(g, std::string(3000, 'b')));
+  EXPECT_FALSE(matches(g, std::string(2999, 'b')));
+  EXPECT_FALSE(matches(g, std::string(3001, 'b')));
+}
+
+// Random regexes over {a, b, c}: our automaton (determinized and minimized) must match
+// exactly what an independent reference matches. The reference walks the same random tree
+// and computes, for a start position, the set of positions where the node can end (a
+// bitmask over the text); std::regex is no reference here, its backtracking is exponential
+// on nested quantifiers.
+struct RegexNode {
+  enum Kind { kChar, kClass, kConcat, kAlt, kRepeat } kind = kChar;
+  std::string chars;    // kChar / kClass: the bytes it accepts
+  std::string text;     // the regex syntax of this node
+  int lo = 0, hi = -1;  // kRepeat: {lo, hi}, hi < 0 unbounded
+  std::vector<RegexNode> children;
+};
+
+RegexNode random_regex(std::mt19937& rng, int depth) {
+  auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  const int kind = depth > 3 ? pick(3) : pick(9);
+  RegexNode n;
+  switch (kind) {
+    case 0:
+      n.chars = std::string(1, static_cast<char>('a' + pick(3)));
+      n.text = n.chars;
+      return n;
+    case 1:
+      n.kind = RegexNode::kClass;
+      n.chars = pick(2) ? "ab" : "bc";
+      n.text = n.chars == "ab" ? "[ab]" : "[^a]";
+      return n;
+    case 2:
+      n.kind = RegexNode::kClass;
+      n.chars = "abc";
+      n.text = ".";
+      return n;
+    case 3:
+      n.kind = RegexNode::kConcat;
+      n.children = {random_regex(rng, depth + 1), random_regex(rng, depth + 1)};
+      n.text = n.children[0].text + n.children[1].text;
+      return n;
+    case 4:
+      n.kind = RegexNode::kAlt;
+      n.children = {random_regex(rng, depth + 1), random_regex(rng, depth + 1)};
+      n.text = "(" + n.children[0].text + "|" + n.children[1].text + ")";
+      return n;
+    default: {
+      n.kind = RegexNode::kRepeat;
+      n.children = {random_regex(rng, depth + 1)};
+      const std::string inner = "(" + n.children[0].text + ")";
+      if (kind == 5) {
+        n.text = inner + "*";
+      } else if (kind == 6) {
+        n.lo = 1;
+        n.text = inner + "+";
+      } else if (kind == 7) {
+        n.hi = 1;
+        n.text = inner + "?";
+      } else {
+        n.lo = pick(3);
+        n.hi = n.lo + pick(3);
+        n.text = inner + "{" + std::to_string(n.lo) + "," + std::to_string(n.hi) + "}";
+      }
+      return n;
+    }
+  }
+}
+
+// Bit j of the result: the node matches text[from, j).
+uint32_t regex_ends(const RegexNode& n, const std::string& text, uint32_t from_set) {
+  uint32_t out = 0;
+  switch (n.kind) {
+    case RegexNode::kChar:
+    case RegexNode::kClass:
+      for (size_t i = 0; i < text.size(); ++i) {
+        if ((from_set >> i & 1u) && n.chars.find(text[i]) != std::string::npos)
+          out |= 1u << (i + 1);
+      }
+      return out;
+    case RegexNode::kConcat:
+      return regex_ends(n.children[1], text, regex_ends(n.children[0], text, from_set));
+    case RegexNode::kAlt:
+      return regex_ends(n.children[0], text, from_set) | regex_ends(n.children[1], text, from_set);
+    case RegexNode::kRepeat: {
+      uint32_t current = from_set;
+      for (int k = 0; k < n.lo; ++k) current = regex_ends(n.children[0], text, current);
+      out = current;
+      const int extra = n.hi < 0 ? static_cast<int>(text.size()) + 1 : n.hi - n.lo;
+      for (int k = 0; k < extra; ++k) {
+        current = regex_ends(n.children[0], text, current);
+        out |= current;
+      }
+      return out;
+    }
+  }
+  return out;
+}
+
+TEST(StructuredAutomaton, RandomRegexesMatchAReference) {
+  std::mt19937 rng(99);
+  auto vocab = byte_vocab();
+  for (int trial = 0; trial < 300; ++trial) {
+    const RegexNode tree = random_regex(rng, 0);
+    auto g = compile_regex(tree.text, vocab);
+    ASSERT_NE(g, nullptr) << tree.text;
+    for (int k = 0; k < 120; ++k) {
+      std::string text;
+      const int len = std::uniform_int_distribution<int>(0, 8)(rng);
+      for (int i = 0; i < len; ++i) text.push_back(static_cast<char>('a' + rng() % 3));
+      const bool expected = (regex_ends(tree, text, 1u) >> text.size()) & 1u;
+      ASSERT_EQ(matches(g, text), expected) << tree.text << " on '" << text << "'";
+    }
+  }
 }
 
 TEST(StructuredAutomaton, SizeLimitIsAnError) {
