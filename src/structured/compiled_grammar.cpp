@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <thread>
 #include <utility>
 
@@ -14,6 +15,12 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 }  // namespace
@@ -154,9 +161,15 @@ Expected<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
             : static_cast<int32_t>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
     threads = std::min<int32_t>(threads, static_cast<int32_t>(num_states));
     std::atomic<size_t> next{0};
+    std::mutex cpu_mutex;
+    double cpu = 0.0;
     auto work = [&] {
-      for (size_t s = next++; s < num_states; s = next++)
+      const double start_cpu = thread_cpu_seconds();
+      for (size_t s = next++; s < num_states; s = next++) {
         compiled->state_mask(static_cast<int32_t>(s));
+      }
+      std::lock_guard<std::mutex> lock(cpu_mutex);
+      cpu += thread_cpu_seconds() - start_cpu;
     };
     std::vector<std::thread> workers;
     for (int32_t t = 1; t < threads; ++t) workers.emplace_back(work);
@@ -167,6 +180,7 @@ Expected<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(
     }
     compiled->num_precomputed_ = static_cast<int32_t>(num_states);
     compiled->mask_seconds_ = seconds_since(mask_start);
+    compiled->mask_cpu_seconds_ = cpu;
   }
   return std::shared_ptr<const CompiledGrammar>(std::move(compiled));
 }

@@ -72,7 +72,8 @@ class CompiledGrammar {
   // later are not counted).
   size_t memory_bytes() const { return memory_bytes_; }
   double automaton_seconds() const { return automaton_seconds_; }
-  double mask_seconds() const { return mask_seconds_; }
+  double mask_seconds() const { return mask_seconds_; }          // wall time
+  double mask_cpu_seconds() const { return mask_cpu_seconds_; }  // summed over the threads
   int32_t num_precomputed() const { return num_precomputed_; }
 
  private:
@@ -85,6 +86,7 @@ class CompiledGrammar {
   size_t memory_bytes_ = 0;  // automaton + precomputed masks
   double automaton_seconds_ = 0.0;
   double mask_seconds_ = 0.0;
+  double mask_cpu_seconds_ = 0.0;
   int32_t num_precomputed_ = 0;
 };
 
