@@ -18,6 +18,7 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/sampling_ops.h"
 #include "engine/sampling_params.h"
+#include "engine/state_snapshot_policy.h"
 #include "structured/matcher.h"
 
 namespace vllm::engine {
@@ -65,6 +66,10 @@ class Request {
 
   // The view the KV cache manager takes.
   KVCacheRequest kv_view() const;
+  // What the GDN state snapshot policy looks at (hybrid models).
+  SnapshotRequestView snapshot_view() const {
+    return {num_tokens(), num_prompt_tokens_, snapshot_junction};
+  }
 
   RequestStatus status = RequestStatus::kWaiting;
   int64_t num_computed_tokens = 0;
@@ -80,6 +85,10 @@ class Request {
   // reasoning_ended); always true otherwise.
   bool reasoning_ended = true;
   int32_t reasoning_end_token = -1;  // the token that ends reasoning ("</think>")
+  // Hybrid models (state_snapshot_policy.h): the shared-prefix junction found at admission
+  // (0: none) and the request's latest output snapshot, demoted when a newer one is saved.
+  int64_t snapshot_junction = 0;
+  std::optional<BlockHash> output_snapshot;
 
  private:
   std::string request_id_;
