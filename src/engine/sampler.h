@@ -61,7 +61,9 @@ class Sampler {
   // logits F32 [num_rows, vocab_size] (rows may be strided; the vocab dim is contiguous),
   // one row per entry of `requests`, in the same order. Each params must have passed
   // validate(vocab_size). Logits on the CPU are sampled here; in CUDA builds, logits on a
-  // GPU are sampled there with the same draws, and only the results come back.
+  // GPU are sampled there with the same draws, and only the results come back. GPU logits
+  // rows with an allowed_token_bitmask are masked on the device, in place (they are left
+  // masked); CPU logits are not changed.
   std::vector<SampleResult> sample(const Tensor& logits,
                                    std::span<const SamplingRequestState> requests);
 
