@@ -175,6 +175,13 @@ int run_serve(ServeArgs& args) {
     return 2;
   }
   std::unique_ptr<Tokenizer> tokenizer = std::move(loaded->tokenizer);
+  // As vLLM: with a reasoning parser, grammars apply once the reasoning has ended.
+  if (!args.reasoning_parser.empty() && tokenizer && loaded->core->structured_outputs()) {
+    if (auto end = tokenizer->token_to_id("</think>")) {
+      loaded->core->structured_outputs()->set_reasoning_tokens(tokenizer->token_to_id("<think>"),
+                                                               *end);
+    }
+  }
   auto client = std::make_unique<engine::EngineClient>(std::move(loaded->core));
 
   server::ServingOptions options;

@@ -16,6 +16,7 @@
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/state_slot_pool.h"
+#include "engine/structured_output_manager.h"
 #include "model/model.h"
 
 namespace vllm::engine {
@@ -70,12 +71,15 @@ struct EngineStats {
 class EngineCore {
  public:
   // eos_token_ids: the model's end-of-sequence ids (config.json and generation_config.json).
-  static Expected<std::unique_ptr<EngineCore>> create(std::unique_ptr<Model> model,
-                                                      const EngineConfig& config,
-                                                      std::vector<int32_t> eos_token_ids);
+  // `vocab` (the tokenizer's token bytes, with the EOS ids as stop tokens) enables structured
+  // outputs; without it requests with structured_outputs are refused.
+  static Expected<std::unique_ptr<EngineCore>> create(
+      std::unique_ptr<Model> model, const EngineConfig& config, std::vector<int32_t> eos_token_ids,
+      std::shared_ptr<const structured::TokenVocabulary> vocab = nullptr);
 
   // Validates and queues a request. kInvalidArgument for an empty prompt, a token id outside
-  // the vocabulary, a prompt longer than max_model_len, bad sampling values, a duplicate id.
+  // the vocabulary, a prompt longer than max_model_len, bad sampling values, a structured
+  // output constraint that does not compile, a duplicate id.
   Status add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
                      SamplingParams params, double arrival_time = 0.0);
   // The checks add_request makes, without queueing anything; normalizes `params`. Reads
@@ -94,6 +98,8 @@ class EngineCore {
 
   bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
   EngineStats stats() const;
+  // Null unless created with a vocabulary.
+  StructuredOutputManager* structured_outputs() const { return structured_.get(); }
   const ModelConfig& model_config() const { return model_->config(); }
   const EngineConfig& config() const { return config_; }
 
@@ -107,6 +113,7 @@ class EngineCore {
   std::unique_ptr<StateSlotPool> state_slots_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<StructuredOutputManager> structured_;
   std::vector<EngineCoreOutput> pending_;  // aborts, delivered by the next step
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;

@@ -99,18 +99,20 @@ Status ModelRunner::capture_graphs(const std::vector<int64_t>& sizes, int64_t ma
   return Status::ok();
 }
 
-Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
+Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output,
+                                          BitmaskJob* grammar_masks) {
   StepResult result;
   result.prompt_logprobs.resize(output.requests.size());
   if (output.empty()) return result;
   const bool profiled = steps_++ == profile_step_;
   if (profiled) device_profiler_start();
-  Expected<StepResult> done = run_step(output, std::move(result));
+  Expected<StepResult> done = run_step(output, std::move(result), grammar_masks);
   if (profiled) device_profiler_stop();
   return done;
 }
 
-Expected<StepResult> ModelRunner::run_step(const SchedulerOutput& output, StepResult result) {
+Expected<StepResult> ModelRunner::run_step(const SchedulerOutput& output, StepResult result,
+                                           BitmaskJob* grammar_masks) {
   std::vector<std::vector<int64_t>> prompt_rows;
   ForwardBatch batch = prepare_inputs(output, &prompt_rows);
   // Hybrid prefix caching: restored snapshots in, then the step, then the snapshots it saves out.
@@ -124,6 +126,8 @@ Expected<StepResult> ModelRunner::run_step(const SchedulerOutput& output, StepRe
   }
   VLLM_RETURN_IF_ERROR(
       copy_state_slots(model_->context(), cache_, output.state_saves.src_slots, output.state_saves.dst_slots));
+  // The grammar masks were computed while the forward pass ran (on a GPU it is still queued).
+  const GrammarBitmask* masks = grammar_masks != nullptr ? &grammar_masks->wait() : nullptr;
 
   std::vector<SamplingRequestState> states;
   std::vector<int64_t> sample_rows;
@@ -153,6 +157,7 @@ Expected<StepResult> ModelRunner::run_step(const SchedulerOutput& output, StepRe
       state.prompt_token_ids = req.prompt_token_ids();
       state.output_token_ids = req.output_token_ids();
       state.eos_token_ids = req.eos_token_ids();
+      if (masks != nullptr) state.allowed_token_bitmask = masks->mask_of(r);
       states.push_back(state);
       sample_rows.push_back(row++);
     }

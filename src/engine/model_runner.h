@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/structured_output_manager.h"
 #include "model/decode_graphs.h"
 #include "model/model.h"
 
@@ -28,7 +29,9 @@ class ModelRunner {
  public:
   ModelRunner(Model* model, ModelCache cache, uint64_t seed);
 
-  Expected<StepResult> execute(const SchedulerOutput& output);
+  // `grammar_masks` (may be null): the step's structured-output bitmasks, waited for after
+  // the forward pass and applied by the sampler.
+  Expected<StepResult> execute(const SchedulerOutput& output, BitmaskJob* grammar_masks = nullptr);
 
   // Captures CUDA graphs for decode steps of up to the largest of `sizes` requests
   // (decode_graphs.h); later decode steps they cover replay them.
@@ -38,7 +41,8 @@ class ModelRunner {
   const ModelCache& cache() const { return cache_; }
 
  private:
-  Expected<StepResult> run_step(const SchedulerOutput& output, StepResult result);
+  Expected<StepResult> run_step(const SchedulerOutput& output, StepResult result,
+                                BitmaskJob* grammar_masks);
   ForwardBatch prepare_inputs(const SchedulerOutput& output,
                               std::vector<std::vector<int64_t>>* prompt_rows) const;
   // The logits rows that sample, in order (a view when they are all the rows).

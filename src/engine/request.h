@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,6 +19,7 @@
 #include "engine/sampling_ops.h"
 #include "engine/sampling_params.h"
 #include "engine/state_snapshot_policy.h"
+#include "structured/matcher.h"
 
 namespace vllm::engine {
 
@@ -28,10 +30,12 @@ enum class RequestStatus {
   kFinishedStopped,        // EOS, a stop token id, or a stop string
   kFinishedLengthCapped,   // max_tokens or max_model_len reached
   kFinishedAborted,        // the client went away or asked to abort
+  kFinishedError,          // cannot continue: its grammar allows no token (structured outputs)
 };
 
 bool is_finished(RequestStatus status);
-// OpenAI finish_reason: "stop", "length", "abort"; empty while unfinished.
+// OpenAI finish_reason: "stop", "length", "abort", "error" (vLLM's FinishReason.ERROR);
+// empty while unfinished.
 std::string_view finish_reason(RequestStatus status);
 
 class Request {
@@ -74,6 +78,13 @@ class Request {
   std::optional<int32_t> stop_token;  // the EOS / stop token id that finished it, if any
   // Prompt logprobs, filled while the prompt is computed (when params ask for them).
   std::vector<TokenLogprobs> prompt_logprobs;
+  // Structured outputs: the request's position in its grammar (null without one). Masks
+  // come from it before sampling; each sampled token advances it.
+  std::unique_ptr<structured::GrammarMatcher> grammar;
+  // With a reasoning model the grammar waits until the reasoning has ended (vLLM's
+  // reasoning_ended); always true otherwise.
+  bool reasoning_ended = true;
+  int32_t reasoning_end_token = -1;  // the token that ends reasoning ("</think>")
   // Hybrid models (state_snapshot_policy.h): the shared-prefix junction found at admission
   // (0: none) and the request's latest output snapshot, demoted when a newer one is saved.
   int64_t snapshot_junction = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/logging.h"
 #include "base/status.h"
 
 namespace vllm::engine {
@@ -182,6 +183,10 @@ bool Scheduler::check_stop(Request* req) {
     req->status = RequestStatus::kFinishedLengthCapped;
     return true;
   }
+  if (req->grammar && req->grammar->is_terminated()) {  // its grammar accepted an EOS token
+    req->status = RequestStatus::kFinishedStopped;
+    return true;
+  }
   if (req->num_output_tokens() < params.min_tokens) return false;
   const int32_t last = req->output_token_ids().back();
   const auto eos = req->eos_token_ids();
@@ -219,6 +224,22 @@ std::vector<EngineCoreOutput> Scheduler::update_from_output(
     if (s.samples) {
       VLLM_CHECK(next_sample < sampled.size());
       const TokenLogprobs& token = sampled[next_sample++];
+      if (req->grammar && !req->reasoning_ended) {
+        // Still reasoning: the grammar starts after the token that ends it.
+        req->reasoning_ended = token.token_id == req->reasoning_end_token;
+      } else if (req->grammar && !req->grammar->accept_token(token.token_id)) {
+        // Its grammar allowed no token at this point (the mask was empty): the request
+        // cannot continue. The token is not part of the output.
+        VLLM_LOG_WARNING("request {}: its structured output grammar allows no token after {} "
+                      "output tokens; finishing it with finish_reason \"error\"",
+                      req->request_id(), req->num_output_tokens());
+        req->status = RequestStatus::kFinishedError;
+        o.status = req->status;
+        running_.erase(std::find(running_.begin(), running_.end(), req));
+        free_request(req);
+        outputs.push_back(std::move(o));
+        continue;
+      }
       req->append_output_token(token);
       o.new_token_ids.push_back(token.token_id);
       o.new_logprobs.push_back(token);  // the chosen token's logprob always; top-N when asked

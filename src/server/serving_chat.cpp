@@ -7,6 +7,7 @@
 #include <ctime>
 #include <utility>
 
+#include "server/forced_tool_calls.h"
 #include "server/generation.h"
 #include "server/protocol.h"
 #include "server/reasoning_parser.h"
@@ -70,6 +71,7 @@ ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
 struct PreparedChat {
   ChatRequest request;
   std::vector<int32_t> prompt;
+  ToolChoice::Kind forced = ToolChoice::Kind::kNone;  // kRequired / kNamed: forced tool calls
   bool parse_tools = false;
   bool parse_reasoning = false;
   bool starts_in_reasoning = false;
@@ -96,16 +98,35 @@ Expected<PreparedChat> prepare(const OpenAIServing& s, std::string_view body) {
       p.parse_tools = true;
       break;
     case ToolChoice::Kind::kRequired:
-    case ToolChoice::Kind::kNamed:
-      return make_error(ErrorCode::kInvalidArgument,
-                        "tool_choice \"required\" and named functions need structured "
-                        "generation, which is not supported yet; use \"auto\" or \"none\"");
+    case ToolChoice::Kind::kNamed: {
+      // As vLLM: the output is constrained to the tools' parameter schemas.
+      if (p.request.params.structured_outputs) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "tool_choice \"required\" or a named function cannot be combined with "
+                          "response_format or structured_outputs");
+      }
+      VLLM_ASSIGN_OR_RETURN(std::string schema,
+                            forced_tool_schema(p.request.tool_choice, p.request.tools));
+      structured::StructuredOutputsParams forced;
+      forced.json = std::move(schema);
+      p.request.params.structured_outputs = std::move(forced);
+      p.forced = p.request.tool_choice.kind;
+      break;
+    }
   }
   VLLM_ASSIGN_OR_RETURN(auto rendered, s.render_chat(p.request));
   p.prompt = std::move(rendered.token_ids);
   if (s.options().reasoning_parser) {
     p.parse_reasoning = true;
     p.starts_in_reasoning = prompt_opens_thinking(rendered.prompt);
+    // As vLLM's qwen3 reasoner: unless the request turns thinking off, the model thinks
+    // first and the grammar applies after its </think>.
+    if (p.request.params.structured_outputs) {
+      const auto& kwargs = p.request.chat_template_kwargs;
+      auto thinking = kwargs.find("enable_thinking");
+      const bool off = thinking != kwargs.end() && thinking->is_boolean() && !thinking->get<bool>();
+      p.request.params.structured_outputs->await_reasoning_end = !off;
+    }
   }
   if (p.prompt.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
   VLLM_RETURN_IF_ERROR(
@@ -168,6 +189,8 @@ class ChatStream final : public EventStream {
   struct Choice {
     std::unique_ptr<ReasoningStreamParser> reasoning;
     std::unique_ptr<ToolParser> tools;
+    RequiredToolCallStream required;  // tool_choice "required"
+    std::string named_call_id;        // tool_choice named: set once the call has started
     size_t num_tokens = 0;
     size_t num_logprobs = 0;
     int num_tool_calls = 0;
@@ -208,10 +231,26 @@ class ChatStream final : public EventStream {
       if (c.finished()) choice.tools->finish(&plain, &calls);
       content = std::move(plain);
     }
+    ordered_json named_delta;  // tool_choice named: the arguments text streams as it comes
+    if (p_.forced == ToolChoice::Kind::kRequired) {
+      choice.required.feed(content, &calls);
+      content.clear();
+    } else if (p_.forced == ToolChoice::Kind::kNamed && !content.empty()) {
+      ordered_json function = {{"arguments", content}};
+      named_delta = {{"index", 0}, {"function", {}}};
+      if (choice.named_call_id.empty()) {
+        choice.named_call_id = make_tool_call_id();
+        function = {{"name", p_.request.tool_choice.name}, {"arguments", content}};
+        named_delta = {{"id", choice.named_call_id}, {"type", "function"}, {"index", 0}};
+      }
+      named_delta["function"] = std::move(function);
+      content.clear();
+    }
     const bool want_logprobs = p_.request.logprobs && p_.request.params.logprobs.has_value();
     const bool new_logprobs = want_logprobs && c.logprobs.size() > choice.num_logprobs;
     choice.num_tokens = c.token_ids.size();
-    if (reasoning.empty() && content.empty() && calls.empty() && !new_logprobs && !c.finished()) {
+    if (reasoning.empty() && content.empty() && calls.empty() && named_delta.is_null() &&
+        !new_logprobs && !c.finished()) {
       return;
     }
     ordered_json delta = ordered_json::object();
@@ -226,6 +265,7 @@ class ChatStream final : public EventStream {
       }
       delta["tool_calls"] = std::move(list);
     }
+    if (!named_delta.is_null()) delta["tool_calls"] = ordered_json::array({std::move(named_delta)});
     ordered_json item = {{"index", c.index}, {"delta", std::move(delta)}};
     if (want_logprobs) {
       item["logprobs"] = chat_logprobs(s_, c, choice.num_logprobs, *p_.request.params.logprobs);
@@ -235,8 +275,10 @@ class ChatStream final : public EventStream {
     }
     if (c.finished()) {
       choice.finished = true;
-      item["finish_reason"] =
-          choice.num_tool_calls > 0 ? std::string("tool_calls") : c.finish_reason;
+      const bool calls_finish = choice.num_tool_calls > 0 &&
+                                (p_.forced != ToolChoice::Kind::kRequired ||
+                                 c.finish_reason == "stop");
+      item["finish_reason"] = calls_finish ? std::string("tool_calls") : c.finish_reason;
       item["stop_reason"] = stop_reason(c);
     } else {
       item["finish_reason"] = nullptr;
@@ -279,7 +321,16 @@ Expected<ServingResponse> OpenAIServing::chat_completions(std::string_view body)
       content = std::move(split.content);
     }
     ordered_json tool_calls = ordered_json::array();
-    if (p.parse_tools && content) {
+    if (p.forced == ToolChoice::Kind::kNamed && content) {
+      tool_calls.push_back(tool_call_json(
+          ToolCall{make_tool_call_id(), p.request.tool_choice.name, *content}));
+      content = "";
+    } else if (p.forced == ToolChoice::Kind::kRequired && content) {
+      if (auto calls = parse_required_tool_calls(*content)) {
+        for (const ToolCall& call : *calls) tool_calls.push_back(tool_call_json(call));
+        content = "";
+      }
+    } else if (p.parse_tools && content) {
       auto parser = make_tool_parser(*options_.tool_call_parser, p.request.tools).value();
       ToolParseResult parsed = parser->parse(*content);
       for (const ToolCall& call : parsed.tool_calls) tool_calls.push_back(tool_call_json(call));
@@ -293,7 +344,12 @@ Expected<ServingResponse> OpenAIServing::chat_completions(std::string_view body)
     item["logprobs"] = p.request.logprobs && p.request.params.logprobs
                            ? chat_logprobs(*this, c, 0, *p.request.params.logprobs)
                            : ordered_json(nullptr);
-    item["finish_reason"] = tool_calls.empty() ? c.finish_reason : std::string("tool_calls");
+    // As vLLM: forced named calls keep the engine's reason; parsed calls report "tool_calls".
+    const bool calls_finish =
+        !tool_calls.empty() && (p.forced == ToolChoice::Kind::kRequired
+                                    ? c.finish_reason == "stop"
+                                    : p.forced != ToolChoice::Kind::kNamed);
+    item["finish_reason"] = calls_finish ? std::string("tool_calls") : c.finish_reason;
     item["stop_reason"] = stop_reason(c);
     choices.push_back(std::move(item));
   }

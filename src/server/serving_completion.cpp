@@ -79,7 +79,7 @@ struct PreparedCompletion {
 
 Expected<PreparedCompletion> prepare(const OpenAIServing& s, std::string_view body) {
   const auto arrival = Generation::Clock::now();
-  VLLM_ASSIGN_OR_RETURN(nlohmann::json json, parse_json_object(body));
+  VLLM_ASSIGN_OR_RETURN(nlohmann::ordered_json json, parse_ordered_json_object(body));
   PreparedCompletion p;
   VLLM_ASSIGN_OR_RETURN(p.request, parse_completion_request(json, s.options().default_params));
   VLLM_RETURN_IF_ERROR(s.check_model(p.request.model));

@@ -88,6 +88,9 @@ class PreTokenizer {
 struct DecodeState {
   bool at_start = true;
   bool fused = false;
+  // Keep the bytes of byte-level and byte-fallback tokens as they are (a token may hold part
+  // of a UTF-8 character); steps that read characters leave such invalid text alone.
+  bool raw_bytes = false;
 };
 class Decoder {
  public:

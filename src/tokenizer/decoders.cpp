@@ -34,7 +34,11 @@ class ByteLevelDecoder final : public Decoder {
       }
     }
     std::string text;
-    append_utf8_lossy(&text, bytes);
+    if (state->raw_bytes) {
+      text = std::move(bytes);
+    } else {
+      append_utf8_lossy(&text, bytes);
+    }
     tokens->assign(1, std::move(text));
     state->fused = true;
     return Status::ok();
@@ -48,6 +52,7 @@ class MetaspaceDecoder final : public Decoder {
   Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       std::string& token = (*tokens)[i];
+      if (state->raw_bytes && find_invalid_utf8(token) != std::string_view::npos) continue;
       bool drop = i == 0 && prepend_ && state->at_start;
       std::string out;
       size_t pos = 0;
@@ -93,13 +98,13 @@ class ByteFallbackDecoder final : public Decoder {
     return true;
   }
 
-  Status decode_chain(std::vector<std::string>* tokens, DecodeState*) const override {
+  Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     std::vector<std::string> out;
     out.reserve(tokens->size());
     std::string bytes;
     auto flush = [&] {
       if (bytes.empty()) return;
-      if (find_invalid_utf8(bytes) == std::string_view::npos) {
+      if (state->raw_bytes || find_invalid_utf8(bytes) == std::string_view::npos) {
         out.push_back(bytes);
       } else {
         for (size_t k = 0; k < bytes.size(); ++k) out.emplace_back(kReplacementUtf8);
@@ -140,6 +145,7 @@ class StripDecoder final : public Decoder {
   Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       std::string& token = (*tokens)[i];
+      if (state->raw_bytes && find_invalid_utf8(token) != std::string_view::npos) continue;
       std::vector<size_t> offsets;  // byte offset of each character, plus the end
       std::vector<char32_t> chars;
       size_t pos = 0;
@@ -178,9 +184,10 @@ class ReplaceDecoder final : public Decoder {
  public:
   ReplaceDecoder(Pattern pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
-  Status decode_chain(std::vector<std::string>* tokens, DecodeState*) const override {
+  Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     std::vector<Match> matches;
     for (std::string& token : *tokens) {
+      if (state->raw_bytes && find_invalid_utf8(token) != std::string_view::npos) continue;
       matches.clear();
       VLLM_RETURN_IF_ERROR(pattern_.find_matches(token, &matches));
       if (matches.empty()) continue;

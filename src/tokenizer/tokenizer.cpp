@@ -279,4 +279,18 @@ bool Tokenizer::is_special(int32_t id) const {
   return impl_->is_special_id(id);
 }
 
+std::optional<std::string> Tokenizer::token_bytes(int32_t id) const {
+  std::optional<std::string_view> s = impl_->token_string(id);
+  if (!s) return std::nullopt;
+  std::vector<std::string> tokens(1, std::string(*s));
+  if (!impl_->decoder) return tokens[0];
+  tok::DecodeState state;
+  state.at_start = false;
+  state.raw_bytes = true;
+  if (!impl_->decoder->decode_chain(&tokens, &state).is_ok()) return std::nullopt;
+  std::string out;
+  for (const std::string& t : tokens) out += t;
+  return out;
+}
+
 }  // namespace vllm

@@ -14,7 +14,7 @@ cd "$root"
 build=${VLLM_BUILD_DIR:-build}
 bin="$root/$build/src/cli/vllm"
 [ -x "$bin" ] || { echo "e2e: $bin not built"; exit 1; }
-[ -d tests/e2e/node_modules/openai ] || { echo "e2e: run scripts/fetch_e2e_deps.sh first"; exit 1; }
+[ -d tests/e2e/node_modules/openai ] && [ -d tests/e2e/node_modules/ajv ] || { echo "e2e: run scripts/fetch_e2e_deps.sh first"; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-e2e.XXXXXX")
 server_pid=""
@@ -45,7 +45,7 @@ for f in tests/golden/qwen3_5_moe/*; do
 done
 cp tests/e2e/fixtures/tiny_qwen3_tokenizer/tokenizer.json tests/e2e/fixtures/tiny_qwen3_tokenizer/tokenizer_config.json "$model/"
 
-max_model_len=512
+max_model_len=1024  # room for the tool definitions the chat template writes into prompts
 max_request_bytes=1048576
 export VLLM_E2E_KEY="e2e-secret"
 export VLLM_E2E_MODEL="tiny"
@@ -84,6 +84,7 @@ run node tests/e2e/test_openai.mjs
 run node tests/e2e/test_errors.mjs
 run node tests/e2e/test_streaming.mjs
 run node tests/e2e/test_concurrency.mjs
+run node tests/e2e/test_structured.mjs
 run bash tests/e2e/test_curl.sh
 
 # SIGTERM: a stream in flight completes, new connections are refused, exit status 0.
