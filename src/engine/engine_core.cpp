@@ -132,6 +132,10 @@ EngineStats EngineCore::stats() const {
   s.num_preemptions = scheduler_->num_preemptions();
   s.prefix_cache_queries = prefix_cache_queries_;
   s.prefix_cache_hits = prefix_cache_hits_;
+  if (state_slots_ != nullptr) {
+    s.num_state_slots = state_slots_->num_slots();
+    s.num_free_state_slots = state_slots_->num_free_slots();
+  }
   return s;
 }
 

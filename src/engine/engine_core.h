@@ -38,6 +38,8 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t prefix_cache_queries = 0;  // tokens, since start
   int64_t prefix_cache_hits = 0;
+  int32_t num_state_slots = 0;  // GDN state slots (hybrid models; 0 otherwise)
+  int32_t num_free_state_slots = 0;
 };
 
 class EngineCore {

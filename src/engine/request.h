@@ -6,6 +6,7 @@
 // num_computed_tokens reset to 0: it is recomputed from scratch when rescheduled).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -32,6 +33,21 @@ enum class RequestStatus {
 bool is_finished(RequestStatus status);
 // OpenAI finish_reason: "stop", "length", "abort"; empty while unfinished.
 std::string_view finish_reason(RequestStatus status);
+
+// What happened to a request and when (vLLM's EngineCoreEvent): queued on arrival, scheduled
+// each time it is admitted from the waiting queue, preempted. They ride along with the
+// request's next output; the server derives its queue / prefill / decode time metrics from
+// them. Timestamps are monotonic_seconds().
+enum class EngineCoreEventType { kQueued, kScheduled, kPreempted };
+struct EngineCoreEvent {
+  EngineCoreEventType type = EngineCoreEventType::kQueued;
+  double timestamp = 0.0;
+};
+
+// Seconds on the steady clock, the time base of EngineCoreEvent.
+inline double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 class Request {
  public:
@@ -69,6 +85,9 @@ class Request {
   std::optional<int32_t> stop_token;  // the EOS / stop token id that finished it, if any
   // Prompt logprobs, filled while the prompt is computed (when params ask for them).
   std::vector<TokenLogprobs> prompt_logprobs;
+  // Events not yet handed out with an output.
+  std::vector<EngineCoreEvent> events;
+  void record_event(EngineCoreEventType type) { events.push_back({type, monotonic_seconds()}); }
 
  private:
   std::string request_id_;
