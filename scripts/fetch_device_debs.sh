@@ -18,6 +18,7 @@ wanted=(
   libopenblas-dev libopenblas-pthread-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libcpp-httplib-dev libpcre2-dev libxxhash-dev libicu-dev
+  libboost-dev libssl-dev
   libcairo2-dev fonts-dejavu-core
 )
 
