@@ -5,15 +5,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <filesystem>
 #include <thread>
-#include <utility>  // Boost 1.74's Asio uses std::exchange without including it
+#include <utility>
 #include <vector>
 
 #include "base/logging.h"
@@ -97,6 +97,22 @@ Expected<std::unique_ptr<net::ssl::context>> make_tls_context(const TlsOptions& 
 
 }  // namespace
 
+// One io_context per I/O thread; a connection lives on one of them (round robin), so its
+// handlers never need a strand and never hop threads. The first also runs the acceptor and
+// the engine watchdog.
+struct IoContexts {
+  explicit IoContexts(size_t n) {
+    if (n == 0) n = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+    for (size_t i = 0; i < n; ++i) {
+      contexts.push_back(std::make_unique<net::io_context>(1));
+      guards.emplace_back(contexts.back()->get_executor());
+    }
+  }
+  std::vector<std::unique_ptr<net::io_context>> contexts;
+  // Keep every io_context running while the server accepts, even one without connections.
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+};
+
 struct HttpServer::Impl {
   Impl(OpenAIServing* serving, engine::EngineClient* engine, ServerMetrics* metrics,
        HttpServerOptions opts)
@@ -105,8 +121,9 @@ struct HttpServer::Impl {
         router(serving, engine, metrics,
                RouterOptions{options.api_key, options.root_path, options.cors,
                              options.request_id_headers}),
-        acceptor(net::make_strand(io)),
-        watchdog(acceptor.get_executor()),
+        io(options.num_threads),
+        acceptor(*io.contexts.front()),
+        watchdog(*io.contexts.front()),
         context(std::make_shared<http_detail::SessionContext>()) {
     context->router = &router;
     context->limits.max_request_bytes = options.max_request_bytes;
@@ -114,14 +131,11 @@ struct HttpServer::Impl {
     context->limits.max_header_count = options.max_header_count;
     context->limits.keep_alive_timeout = options.keep_alive_timeout;
     context->limits.request_timeout = options.request_timeout;
-    num_threads = options.num_threads;
-    if (num_threads == 0) {
-      num_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
-    }
   }
 
   void accept() {
-    acceptor.async_accept(net::make_strand(io), [this](const error_code& ec, tcp::socket socket) {
+    net::io_context& target = *io.contexts[next_context++ % io.contexts.size()];
+    acceptor.async_accept(target, [this](const error_code& ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
       if (ec) {
         // Out of file descriptors (or similar): say so once, wait a little, try again.
@@ -139,8 +153,8 @@ struct HttpServer::Impl {
   }
 
   void watchdog_retry_accept() {
-    auto timer = std::make_shared<net::steady_timer>(acceptor.get_executor(),
-                                                     std::chrono::milliseconds(100));
+    auto timer =
+        std::make_shared<net::steady_timer>(*io.contexts.front(), std::chrono::milliseconds(100));
     timer->async_wait([this, timer](const error_code& ec) {
       if (!ec && acceptor.is_open()) accept();
     });
@@ -168,23 +182,25 @@ struct HttpServer::Impl {
 
   void stop() {
     if (stopping.exchange(true)) return;
-    net::post(acceptor.get_executor(), [this] {
+    net::post(*io.contexts.front(), [this] {
       error_code ignored;
       acceptor.close(ignored);
       watchdog.cancel();
     });
     http_detail::stop_sessions(*context);
+    // Each io_context's run() now returns once its connections are done.
+    for (auto& guard : io.guards) guard.reset();
   }
 
   engine::EngineClient* client;
   HttpServerOptions options;
   Router router;
-  net::io_context io;
+  IoContexts io;
   std::unique_ptr<net::ssl::context> tls;
   tcp::acceptor acceptor;
   net::steady_timer watchdog;
   std::shared_ptr<http_detail::SessionContext> context;
-  size_t num_threads = 1;
+  size_t next_context = 0;
   std::atomic<bool> stopping{false};
   std::atomic<bool> accept_error_logged{false};
   std::atomic<bool> death_logged{false};
@@ -209,7 +225,7 @@ Status HttpServer::bind() {
   error_code ec;
   net::ip::address address = net::ip::make_address(s.options.host, ec);
   if (ec) {
-    tcp::resolver resolver(s.io);
+    tcp::resolver resolver(*s.io.contexts.front());
     auto results = resolver.resolve(s.options.host, std::to_string(s.options.port), ec);
     if (ec || results.empty()) {
       return make_error(ErrorCode::kIoError, "cannot resolve --host {}: {}", s.options.host,
@@ -239,8 +255,10 @@ void HttpServer::run() {
   s.accept();
   s.arm_watchdog();
   std::vector<std::thread> threads;
-  for (size_t i = 1; i < s.num_threads; ++i) threads.emplace_back([&s] { s.io.run(); });
-  s.io.run();
+  for (size_t i = 1; i < s.io.contexts.size(); ++i) {
+    threads.emplace_back([&s, i] { s.io.contexts[i]->run(); });
+  }
+  s.io.contexts.front()->run();
   for (std::thread& t : threads) t.join();
 }
 
@@ -253,7 +271,7 @@ size_t HttpServer::num_connections() const {
 }
 
 size_t HttpServer::num_io_threads() const {
-  return impl_->num_threads;
+  return impl_->io.contexts.size();
 }
 
 }  // namespace vllm::server

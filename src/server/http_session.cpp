@@ -37,6 +37,8 @@ constexpr size_t kMaxEarlyInput = 64 * 1024;
 constexpr std::chrono::seconds kLingerTime{2};
 constexpr size_t kMaxLingerBytes = 16u << 20;
 
+using Clock = std::chrono::steady_clock;
+
 bool is_disconnect(const error_code& ec) {
   return ec == net::error::eof || ec == net::error::connection_reset ||
          ec == net::error::broken_pipe || ec == net::error::operation_aborted ||
@@ -50,7 +52,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   Session(std::shared_ptr<SessionContext> context, Args&&... args)
       : context_(std::move(context)),
         stream_(std::forward<Args>(args)...),
-        idle_timer_(stream_.get_executor()),
+        deadline_timer_(stream_.get_executor()),
         wake_posted_(std::make_shared<std::atomic<bool>>(false)) {}
 
   ~Session() override {
@@ -86,7 +88,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
   void handshake() {
     if constexpr (kTls) {
-      tcp().expires_after(limits().request_timeout);
+      set_deadline(limits().request_timeout);
       stream_.async_handshake(net::ssl::stream_base::server,
                               [self = this->shared_from_this()](const error_code& ec) {
                                 if (ec) return self->close_now();
@@ -116,20 +118,37 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     }
     // A large request's storage is not kept for the idle time (unless a read is writing
     // into it).
-    if (!read_outstanding_) buffer_.shrink_to_fit();
-    const uint64_t generation = ++idle_generation_;
-    idle_timer_.expires_after(first_request_ ? limits().request_timeout
-                                             : limits().keep_alive_timeout);
-    idle_timer_.async_wait([weak = this->weak_from_this(), generation](const error_code& ec) {
-      auto self = weak.lock();
-      if (!ec && self && self->idle_ && self->idle_generation_ == generation) self->close_now();
-    });
+    if (!read_outstanding_ && buffer_.capacity() > kMaxEarlyInput) buffer_.shrink_to_fit();
+    set_deadline(first_request_ ? limits().request_timeout : limits().keep_alive_timeout);
     if (!read_outstanding_) arm_read();
+  }
+
+  // Idle connections and requests arriving too slowly are closed at a deadline. One timer per
+  // connection, re-armed lazily: a request-response cycle shorter than the timeout touches
+  // no timer (it fires at the old deadline, finds a later one and waits again).
+  void set_deadline(std::chrono::milliseconds timeout) {
+    timed_ = true;
+    deadline_ = Clock::now() + timeout;
+    if (!timer_armed_ || timer_expiry_ > deadline_) arm_timer(deadline_);
+  }
+
+  void arm_timer(Clock::time_point at) {
+    timer_armed_ = true;
+    timer_expiry_ = at;
+    const uint64_t seq = ++timer_seq_;
+    deadline_timer_.expires_at(at);
+    deadline_timer_.async_wait([weak = this->weak_from_this(), seq](const error_code&) {
+      auto self = weak.lock();
+      if (!self || seq != self->timer_seq_) return;  // re-armed meanwhile
+      self->timer_armed_ = false;
+      if (self->closing_ || !self->timed_) return;
+      if (Clock::now() >= self->deadline_) return self->close_now();
+      self->arm_timer(self->deadline_);
+    });
   }
 
   void arm_read() {
     read_outstanding_ = true;
-    tcp().expires_never();  // the read side only, when a write is in flight
     stream_.async_read_some(buffer_.prepare(in_response_ ? kWatchChunk : kReadChunk),
                             [self = this->shared_from_this()](const error_code& ec, size_t n) {
                               self->on_read(ec, n);
@@ -163,12 +182,11 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 
   void read_header() {
     idle_ = false;
-    idle_timer_.cancel();
+    set_deadline(limits().request_timeout);  // for the whole request
     parser_.emplace();
     parser_->header_limit(
         static_cast<uint32_t>(std::min<size_t>(limits().max_header_bytes, UINT32_MAX)));
     parser_->body_limit(limits().max_request_bytes);
-    tcp().expires_after(limits().request_timeout);
     http::async_read_header(
         stream_, buffer_, *parser_,
         [self = this->shared_from_this()](const error_code& ec, size_t) { self->on_header(ec); });
@@ -232,6 +250,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       request_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     }
     request_.body = std::move(req.body());
+    timed_ = false;  // answering has no deadline (as uvicorn)
     version_ = req.version();
     keep_alive_ = req.keep_alive();
     head_ = req.method() == http::verb::head;
@@ -253,7 +272,6 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     in_response_ = true;
     response_ = std::move(response.stream);
     streaming_ = response_->streaming();
-    tcp().expires_never();
     if (!read_outstanding_ && buffer_.size() < kMaxEarlyInput) arm_read();
     auto gate = context_->gate;
     auto flag = wake_posted_;
@@ -299,7 +317,6 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       VLLM_LOG_ERROR("response failed: {}", e.what());
       if (!streaming_) {
         response_.reset();
-        in_response_ = false;
         return write_whole(context_->router->transport_error(
             &request_, 500, std::string("internal error: ") + e.what()));
       }
@@ -310,8 +327,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       pending_.status = response_->status();
       if (pending_.status != 200) pending_.content_type = "application/json";
       pending_.body = std::move(out);
-      response_.reset();
-      in_response_ = false;
+      response_.reset();  // in_response_ stays until the answer is written
       return write_whole(std::move(pending_));
     }
     if (!out.empty()) {
@@ -341,7 +357,6 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     last_chunk_ = false;
     header_serializer_.reset();
     stream_header_.reset();
-    in_response_ = false;
     finish_response(stream_header_keep_alive());
   }
 
@@ -350,7 +365,6 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // Writes a whole answer. No deadline (as uvicorn): a slow reader holds only this answer.
   void write_whole(HttpResponse response) {
     const bool keep_alive = keep_alive_ && !context_->stopping && !linger_after_write_;
-    if (!linger_after_write_) tcp().expires_never();
     writing_ = true;
     if (head_) {
       auto res = std::make_shared<http::response<http::empty_body>>(
@@ -385,7 +399,10 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     finish_response(keep_alive);
   }
 
+  // The answer is written. Input that came meanwhile (read while answering) is the next
+  // request's.
   void finish_response(bool keep_alive) {
+    in_response_ = false;
     if (linger_after_write_) return linger();
     if (!keep_alive) return close_gracefully();
     begin_idle();
@@ -410,7 +427,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       req = &request_;
     }
     parser_.reset();
-    tcp().expires_after(limits().request_timeout);
+    timed_ = false;
+    tcp().expires_after(limits().request_timeout);  // the error answer, then close
     write_whole(context_->router->transport_error(req, status, std::move(message)));
   }
 
@@ -418,7 +436,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // client still sending a refused body reads the answer instead of a connection reset.
   void linger() {
     closing_ = true;
-    idle_timer_.cancel();
+    deadline_timer_.cancel();
     error_code ignored;
     tcp().socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
     tcp().expires_after(kLingerTime);
@@ -444,7 +462,6 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void client_gone(const error_code& ec) {
     if (response_) VLLM_LOG_DEBUG("client disconnected ({}); aborting its request", ec.message());
     response_.reset();
-    in_response_ = false;
     close_now();
   }
 
@@ -452,7 +469,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     if constexpr (kTls) {
       if (!read_outstanding_ && !writing_) {
         closing_ = true;
-        idle_timer_.cancel();
+        deadline_timer_.cancel();
         tcp().expires_after(kLingerTime);
         stream_.async_shutdown([self = this->shared_from_this()](const error_code&) {
           error_code ignored;
@@ -472,7 +489,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     closing_ = true;
     idle_ = false;
     response_.reset();
-    idle_timer_.cancel();
+    deadline_timer_.cancel();
     error_code ignored;
     tcp().socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
     tcp().socket().close(ignored);
@@ -481,7 +498,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   std::shared_ptr<SessionContext> context_;
   Stream stream_;
   beast::flat_buffer buffer_;
-  net::steady_timer idle_timer_;
+  net::steady_timer deadline_timer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpRequest request_;
   unsigned version_ = 11;
@@ -492,8 +509,12 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   bool closing_ = false;
   bool read_outstanding_ = false;
   bool cancel_to_parse_ = false;
-  uint64_t idle_generation_ = 0;
-  bool in_response_ = false;
+  bool timed_ = false;  // the current phase has a deadline (handshake, idle, reading)
+  Clock::time_point deadline_;
+  bool timer_armed_ = false;
+  Clock::time_point timer_expiry_;
+  uint64_t timer_seq_ = 0;
+  bool in_response_ = false;  // from the request's arrival until its answer is written
   bool writing_ = false;
   bool streaming_ = false;
   bool last_chunk_ = false;

@@ -4,7 +4,7 @@
 // A session reads a request (header limit, header count, body limit, a deadline for the
 // whole request; idle keep-alive connections are closed after the keep-alive timeout),
 // hands it to the Router, and writes the answer. A generation's answer is a ResponseStream:
-// the engine thread "wakes" the session (a post onto its strand) whenever outputs arrive,
+// the engine thread "wakes" the session (a post onto its I/O thread) whenever outputs arrive,
 // and the session polls the stream -- never blocking an I/O thread.
 //
 // Backpressure: a session writes one chunk at a time. While a chunk is in flight nothing is
@@ -17,8 +17,8 @@
 // aborts its engine requests before the engine's next step -- streaming or not. Bytes that
 // arrive instead (a pipelined request) are kept for the next request.
 //
-// Threads: every handler of a session runs on its strand; any number of I/O threads may run
-// the io_context.
+// Threads: a session lives on one io_context, run by one I/O thread: its handlers never run
+// concurrently and need no strand. The engine thread only ever posts to it.
 #pragma once
 
 #include <atomic>
@@ -31,7 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-#include <utility>  // Boost 1.74's Asio uses std::exchange without including it
+#include <utility>
 
 #include "server/http_router.h"
 
@@ -80,7 +80,7 @@ struct SessionContext {
   }
 };
 
-// Starts serving an accepted connection (its executor should be a strand).
+// Starts serving an accepted connection (on its socket's io_context, run by one thread).
 void start_session(boost::asio::ip::tcp::socket socket, std::shared_ptr<SessionContext> context);
 // Marks the context stopping and tells every live session.
 void stop_sessions(SessionContext& context);

@@ -45,11 +45,45 @@ TEST_F(HttpTransportTest, KeepAliveAndPipelining) {
   ASSERT_TRUE(c.send(RawClient::post("/v1/completions",
                                      R"({"prompt": "Hi", "max_tokens": 3, "temperature": 0})")));
   ASSERT_TRUE(c.read_until("\"usage\""));
+  // Generations pipelined: each answer comes whole and in order, whatever the timing of
+  // the next request's bytes against the previous answer's last write.
+  c.received().clear();
+  const std::string gen = R"({"prompt": "Hi", "max_tokens": 2, "temperature": 0})";
+  const std::string streamed =
+      R"({"prompt": "Hi", "max_tokens": 2, "temperature": 0, "stream": true})";
+  ASSERT_TRUE(c.send(RawClient::post("/v1/completions", gen) +
+                     RawClient::post("/v1/completions", streamed) +
+                     RawClient::post("/v1/completions", gen)));
+  ASSERT_TRUE(c.read_until("data: [DONE]"));
+  while (count_of(c.received(), "\"usage\"") < 2) ASSERT_TRUE(c.read_some());
+  EXPECT_EQ(count_of(c.received(), "HTTP/1.1 200 OK"), 3u);
+  EXPECT_LT(c.received().find("\"usage\""), c.received().find("data: [DONE]"));
   c.received().clear();
   ASSERT_TRUE(c.send(RawClient::get("/version", "Connection: close\r\n")));
   EXPECT_TRUE(c.read_to_eof());  // "Connection: close" is honoured
   EXPECT_NE(c.received().find("\"version\""), std::string::npos);
   EXPECT_EQ(http_->num_io_threads(), 2u);
+}
+
+// Back-to-back generations on one keep-alive connection: the client sends the next request
+// the moment it has read an answer, racing the server's bookkeeping of the previous one.
+TEST_F(HttpTransportTest, ManyRequestsOnOneConnection) {
+  start();
+  RawClient c(http_->port());
+  for (int i = 0; i < 200; ++i) {
+    c.received().clear();
+    const bool stream = i % 2 == 1;
+    ASSERT_TRUE(c.send(RawClient::post(
+        "/v1/completions", std::string(R"({"prompt": "x", "max_tokens": 1, "stream": )") +
+                               (stream ? "true" : "false") + "}")));
+    // A stream ends with the last chunk, "0\r\n\r\n", after its [DONE] event.
+    ASSERT_TRUE(c.read_until(stream ? "data: [DONE]\n\n\r\n0\r\n\r\n" : "\"usage\"")) << i;
+    if (!stream) {
+      // The whole body: it ends with the usage object.
+      ASSERT_TRUE(c.read_until("}}")) << i;
+    }
+  }
+  EXPECT_EQ(http_->num_connections(), 1u);
 }
 
 TEST_F(HttpTransportTest, HeadPingAndMethods) {
