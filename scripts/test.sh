@@ -7,7 +7,8 @@
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build + unit tests, and the load test on
 #      that build
 #   3. CUDA backend compile (nvcc, sm_90 + PTX) when nvcc is installed; its tests skip
-#      without a GPU (run them on a GPU machine with scripts/device_build.sh)
+#      without a GPU (run them on a GPU machine with scripts/device_build.sh), while the
+#      kernels that tests/cuda_emulation covers run on the CPU against the CPU ops
 #   4. libFuzzer smoke run of every fuzz target (FUZZ_SECONDS each, default 20)
 # Uses VLLM_JOBS parallel jobs (default 2).
 set -euo pipefail
@@ -49,8 +50,11 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   step "CUDA backend compile"
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DVLLM_CUDA=ON >/dev/null
-  cmake --build build-cuda -j"$jobs" --target vllm_backend_cuda vllm_cuda_tests
+  cmake --build build-cuda -j"$jobs" --target vllm_backend_cuda vllm_cuda_tests \
+    vllm_cuda_emulation_tests
   build-cuda/tests/vllm_cuda_tests --gtest_brief=1
+  step "CUDA kernels emulated on the CPU"
+  build-cuda/tests/vllm_cuda_emulation_tests --gtest_brief=1
 else
   step "CUDA backend compile skipped: nvcc not found"
 fi

@@ -40,6 +40,9 @@ struct ServingOptions {
   std::optional<int32_t> default_max_tokens;    // generation_config.json's max_new_tokens
   bool log_requests = false;                    // --enable-log-requests
   RequestLoggerOptions log_options;             // --max-log-len, --enable-log-outputs
+  // vLLM's --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens (the
+  // prompt tokens a prefix-cache hit skipped) when there were any.
+  bool enable_prompt_tokens_details = false;
 };
 
 // A response the engine is still producing. One caller at a time.

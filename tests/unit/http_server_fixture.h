@@ -60,6 +60,7 @@ class HttpServerFixture : public ::testing::Test {
     options.enable_auto_tool_choice = true;
     options.tool_call_parser = "hermes";
     options.reasoning_parser = "qwen3";
+    options.enable_prompt_tokens_details = true;
     metrics_ = std::make_unique<ServerMetrics>("tiny", client_->max_model_len());
     serving_ = std::make_unique<OpenAIServing>(client_.get(), tokenizer_.get(),
                                                std::make_unique<ChatTemplate>(std::move(*parsed)),
