@@ -33,6 +33,7 @@ trap cleanup EXIT
 model=models/qwen35-moe-demo
 max_model_len=1024
 log="$work/server.log"
+: >"$log"  # exists before the server opens it: the port poll reads it at once
 "$bin" serve "$model" --host 127.0.0.1 --port 0 --max-num-seqs 256 --max-model-len $max_model_len \
   --kv-cache-memory-bytes 268435456 >"$log" 2>&1 &
 server_pid=$!

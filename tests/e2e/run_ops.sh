@@ -51,6 +51,7 @@ engine_flags=(--max-model-len 512 --max-num-seqs 16 --kv-cache-memory-bytes 6710
 # Starts the server with the given arguments (log in $log); sets server_pid and base.
 start_server() {
   log="$work/server-$1.log"; shift
+  : >"$log"  # exists before the server opens it: the port poll reads it at once
   "$bin" serve "$@" --host 127.0.0.1 --port 0 "${engine_flags[@]}" >"$log" 2>&1 &
   server_pid=$!
   port=""
