@@ -6,6 +6,7 @@
 // num_computed_tokens reset to 0: it is recomputed from scratch when rescheduled).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -37,6 +38,21 @@ bool is_finished(RequestStatus status);
 // OpenAI finish_reason: "stop", "length", "abort", "error" (vLLM's FinishReason.ERROR);
 // empty while unfinished.
 std::string_view finish_reason(RequestStatus status);
+
+// What happened to a request and when (vLLM's EngineCoreEvent): queued on arrival, scheduled
+// each time it is admitted from the waiting queue, preempted. They ride along with the
+// request's next output; the server derives its queue / prefill / decode time metrics from
+// them. Timestamps are monotonic_seconds().
+enum class EngineCoreEventType { kQueued, kScheduled, kPreempted };
+struct EngineCoreEvent {
+  EngineCoreEventType type = EngineCoreEventType::kQueued;
+  double timestamp = 0.0;
+};
+
+// Seconds on the steady clock, the time base of EngineCoreEvent.
+inline double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 class Request {
  public:
@@ -85,6 +101,9 @@ class Request {
   // reasoning_ended); always true otherwise.
   bool reasoning_ended = true;
   int32_t reasoning_end_token = -1;  // the token that ends reasoning ("</think>")
+  // Events not yet handed out with an output.
+  std::vector<EngineCoreEvent> events;
+  void record_event(EngineCoreEventType type) { events.push_back({type, monotonic_seconds()}); }
   // Hybrid models (state_snapshot_policy.h): the shared-prefix junction found at admission
   // (0: none) and the request's latest output snapshot, demoted when a newer one is saved.
   int64_t snapshot_junction = 0;

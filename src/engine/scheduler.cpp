@@ -30,6 +30,7 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
                  raw->request_id());
   requests_.emplace(raw->request_id(), std::move(request));
   waiting_.push_back(raw);
+  raw->record_event(EngineCoreEventType::kQueued);
 }
 
 Request* Scheduler::find(std::string_view request_id) {
@@ -43,6 +44,7 @@ void Scheduler::preempt(Request* request) {
   request->status = RequestStatus::kPreempted;
   request->num_computed_tokens = 0;
   request->num_preemptions += 1;
+  request->record_event(EngineCoreEventType::kPreempted);
   ++num_preemptions_;
   waiting_.push_front(request);
 }
@@ -157,6 +159,7 @@ SchedulerOutput Scheduler::schedule() {
     waiting_.pop_front();
     running_.push_back(req);
     req->status = RequestStatus::kRunning;
+    req->record_event(EngineCoreEventType::kScheduled);
     req->num_computed_tokens = hit.num_computed_tokens;
     if (req->num_cached_tokens < 0) req->num_cached_tokens = hit.num_computed_tokens;
     if (hit.state_snapshot_slot.has_value()) {
@@ -251,6 +254,8 @@ std::vector<EngineCoreOutput> Scheduler::update_from_output(
       }
     }
     if (o.new_token_ids.empty() && o.prompt_logprobs.empty()) continue;
+    o.events = std::move(req->events);
+    req->events.clear();
     outputs.push_back(std::move(o));
   }
   VLLM_CHECK_MSG(next_sample == sampled.size(), "{} samples for {} sampling requests",
@@ -279,6 +284,7 @@ std::vector<EngineCoreOutput> Scheduler::finish_requests(std::span<const std::st
     EngineCoreOutput o;
     o.request_id = id;
     o.status = status;
+    o.events = std::move(req->events);
     outputs.push_back(std::move(o));
     requests_.erase(it);
   }

@@ -133,13 +133,16 @@ Expected<PreparedChat> prepare(const OpenAIServing& s, std::string_view body) {
       s.fit_to_context(p.prompt.size(), p.request.max_tokens_given, &p.request.params));
   p.id = random_request_id("chatcmpl-");
   p.created = static_cast<int64_t>(std::time(nullptr));
-  VLLM_ASSIGN_OR_RETURN(p.generation,
-                        Generation::start(s.client(), s.tokenizer(), s.metrics(), p.id, {p.prompt},
-                                          p.request.params, arrival));
+  if (const RequestLogger* logger = s.request_logger()) {
+    logger->log_inputs(p.id + "-0", &rendered.prompt, p.prompt, p.request.params);
+  }
+  VLLM_ASSIGN_OR_RETURN(
+      p.generation, Generation::start(s.client(), s.tokenizer(), s.metrics(), s.request_logger(),
+                                      p.id, {p.prompt}, p.request.params, arrival));
   return p;
 }
 
-class ChatStream final : public EventStream {
+class ChatStream final : public ResponseStream {
  public:
   ChatStream(const OpenAIServing& s, PreparedChat p) : s_(s), p_(std::move(p)) {
     choices_.resize(static_cast<size_t>(std::max(p_.request.params.n, 1)));
@@ -152,7 +155,11 @@ class ChatStream final : public EventStream {
     }
   }
 
-  bool next(std::chrono::milliseconds timeout, std::string* out) override {
+  bool streaming() const override { return true; }
+  int status() const override { return 200; }
+  void set_wake(std::function<void()> wake) override { p_.generation->set_wake(std::move(wake)); }
+
+  bool poll(std::string* out) override {
     if (done_) return false;
     if (!sent_roles_) {
       // vLLM opens each choice with the role before any token.
@@ -166,11 +173,16 @@ class ChatStream final : public EventStream {
       sent_roles_ = true;
       return true;
     }
-    for (const Generation::Update& u : p_.generation->next(timeout)) {
+    for (const Generation::Update& u : p_.generation->next(std::chrono::milliseconds(0))) {
       num_cached_tokens_ = u.output.num_cached_tokens;
       for (const engine::CompletionOutput& c : u.output.outputs) emit(c, out);
     }
     if (!p_.generation->finished()) return true;
+    done_ = true;
+    if (p_.generation->engine_died()) {
+      out->append(engine_dead_error_events());
+      return false;
+    }
     if (p_.request.stream_options.include_usage) {
       int64_t completion_tokens = 0;
       for (const Choice& c : choices_) completion_tokens += static_cast<int64_t>(c.num_tokens);
@@ -181,7 +193,6 @@ class ChatStream final : public EventStream {
       out->append("data: ").append(dump_json(chunk)).append("\n\n");
     }
     out->append("data: [DONE]\n\n");
-    done_ = true;
     return false;
   }
 
@@ -294,75 +305,106 @@ class ChatStream final : public EventStream {
   bool done_ = false;
 };
 
+// The non-streaming answer: keeps the latest outputs, builds the whole body at the end.
+class ChatCollector final : public ResponseStream {
+ public:
+  ChatCollector(const OpenAIServing& s, PreparedChat p) : s_(s), p_(std::move(p)) {}
+
+  bool streaming() const override { return false; }
+  int status() const override { return status_; }
+  void set_wake(std::function<void()> wake) override { p_.generation->set_wake(std::move(wake)); }
+
+  bool poll(std::string* out) override {
+    if (done_) return false;
+    for (Generation::Update& u : p_.generation->next(std::chrono::milliseconds(0))) {
+      last_ = std::move(u.output);
+    }
+    if (!p_.generation->finished()) return true;
+    done_ = true;
+    if (p_.generation->engine_died()) {
+      status_ = 500;
+      out->append(engine_dead_error_body());
+    } else {
+      out->append(body());
+    }
+    return false;
+  }
+
+ private:
+  std::string body() {
+    ordered_json choices = ordered_json::array();
+    int64_t completion_tokens = 0;
+    for (const engine::CompletionOutput& c : last_.outputs) {
+      completion_tokens += static_cast<int64_t>(c.token_ids.size());
+      std::optional<std::string> reasoning;
+      std::optional<std::string> content = c.text;
+      if (p_.parse_reasoning) {
+        ReasoningSplit split = split_reasoning(c.text);
+        reasoning = std::move(split.reasoning);
+        content = std::move(split.content);
+      }
+      ordered_json tool_calls = ordered_json::array();
+      if (p_.forced == ToolChoice::Kind::kNamed && content) {
+        tool_calls.push_back(tool_call_json(
+            ToolCall{make_tool_call_id(), p_.request.tool_choice.name, *content}));
+        content = "";
+      } else if (p_.forced == ToolChoice::Kind::kRequired && content) {
+        if (auto calls = parse_required_tool_calls(*content)) {
+          for (const ToolCall& call : *calls) tool_calls.push_back(tool_call_json(call));
+          content = "";
+        }
+      } else if (p_.parse_tools && content) {
+        auto parser = make_tool_parser(*s_.options().tool_call_parser, p_.request.tools).value();
+        ToolParseResult parsed = parser->parse(*content);
+        for (const ToolCall& call : parsed.tool_calls) tool_calls.push_back(tool_call_json(call));
+        content = std::move(parsed.content);
+      }
+      ordered_json message = {{"role", "assistant"}};
+      message["content"] = content ? ordered_json(*content) : ordered_json(nullptr);
+      message["reasoning_content"] = reasoning ? ordered_json(*reasoning) : ordered_json(nullptr);
+      message["tool_calls"] = tool_calls;
+      ordered_json item = {{"index", c.index}, {"message", std::move(message)}};
+      item["logprobs"] = p_.request.logprobs && p_.request.params.logprobs
+                             ? chat_logprobs(s_, c, 0, *p_.request.params.logprobs)
+                             : ordered_json(nullptr);
+      // As vLLM: forced named calls keep the engine's reason; parsed calls report "tool_calls".
+      const bool calls_finish =
+          !tool_calls.empty() && (p_.forced == ToolChoice::Kind::kRequired
+                                      ? c.finish_reason == "stop"
+                                      : p_.forced != ToolChoice::Kind::kNamed);
+      item["finish_reason"] = calls_finish ? std::string("tool_calls") : c.finish_reason;
+      item["stop_reason"] = stop_reason(c);
+      choices.push_back(std::move(item));
+    }
+    ordered_json out = {
+        {"id", p_.id},
+        {"object", "chat.completion"},
+        {"created", p_.created},
+        {"model", s_.model_name()},
+        {"choices", std::move(choices)},
+        {"usage", usage_json(static_cast<int64_t>(p_.prompt.size()), completion_tokens, &s_,
+                             last_.num_cached_tokens)}};
+    return dump_json(out);
+  }
+
+  const OpenAIServing& s_;
+  PreparedChat p_;
+  engine::RequestOutput last_;
+  int status_ = 200;
+  bool done_ = false;
+};
+
 }  // namespace
 
-Expected<ServingResponse> OpenAIServing::chat_completions(std::string_view body) {
+Expected<std::unique_ptr<ResponseStream>> OpenAIServing::chat_completions(std::string_view body) {
   VLLM_ASSIGN_OR_RETURN(PreparedChat p, prepare(*this, body));
-  ServingResponse response;
+  std::unique_ptr<ResponseStream> stream;
   if (p.request.stream) {
-    response.stream = std::make_unique<ChatStream>(*this, std::move(p));
-    return response;
+    stream = std::make_unique<ChatStream>(*this, std::move(p));
+  } else {
+    stream = std::make_unique<ChatCollector>(*this, std::move(p));
   }
-  engine::RequestOutput last;
-  while (!p.generation->finished()) {
-    for (Generation::Update& u : p.generation->next(std::chrono::milliseconds(1000))) {
-      last = std::move(u.output);
-    }
-  }
-  ordered_json choices = ordered_json::array();
-  int64_t completion_tokens = 0;
-  for (const engine::CompletionOutput& c : last.outputs) {
-    completion_tokens += static_cast<int64_t>(c.token_ids.size());
-    std::optional<std::string> reasoning;
-    std::optional<std::string> content = c.text;
-    if (p.parse_reasoning) {
-      ReasoningSplit split = split_reasoning(c.text);
-      reasoning = std::move(split.reasoning);
-      content = std::move(split.content);
-    }
-    ordered_json tool_calls = ordered_json::array();
-    if (p.forced == ToolChoice::Kind::kNamed && content) {
-      tool_calls.push_back(tool_call_json(
-          ToolCall{make_tool_call_id(), p.request.tool_choice.name, *content}));
-      content = "";
-    } else if (p.forced == ToolChoice::Kind::kRequired && content) {
-      if (auto calls = parse_required_tool_calls(*content)) {
-        for (const ToolCall& call : *calls) tool_calls.push_back(tool_call_json(call));
-        content = "";
-      }
-    } else if (p.parse_tools && content) {
-      auto parser = make_tool_parser(*options_.tool_call_parser, p.request.tools).value();
-      ToolParseResult parsed = parser->parse(*content);
-      for (const ToolCall& call : parsed.tool_calls) tool_calls.push_back(tool_call_json(call));
-      content = std::move(parsed.content);
-    }
-    ordered_json message = {{"role", "assistant"}};
-    message["content"] = content ? ordered_json(*content) : ordered_json(nullptr);
-    message["reasoning_content"] = reasoning ? ordered_json(*reasoning) : ordered_json(nullptr);
-    message["tool_calls"] = tool_calls;
-    ordered_json item = {{"index", c.index}, {"message", std::move(message)}};
-    item["logprobs"] = p.request.logprobs && p.request.params.logprobs
-                           ? chat_logprobs(*this, c, 0, *p.request.params.logprobs)
-                           : ordered_json(nullptr);
-    // As vLLM: forced named calls keep the engine's reason; parsed calls report "tool_calls".
-    const bool calls_finish =
-        !tool_calls.empty() && (p.forced == ToolChoice::Kind::kRequired
-                                    ? c.finish_reason == "stop"
-                                    : p.forced != ToolChoice::Kind::kNamed);
-    item["finish_reason"] = calls_finish ? std::string("tool_calls") : c.finish_reason;
-    item["stop_reason"] = stop_reason(c);
-    choices.push_back(std::move(item));
-  }
-  ordered_json out = {
-      {"id", p.id},
-      {"object", "chat.completion"},
-      {"created", p.created},
-      {"model", model_name()},
-      {"choices", std::move(choices)},
-      {"usage", usage_json(static_cast<int64_t>(p.prompt.size()), completion_tokens, this,
-                           last.num_cached_tokens)}};
-  response.body = dump_json(out);
-  return response;
+  return stream;
 }
 
 }  // namespace vllm::server
