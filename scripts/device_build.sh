@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# Builds vllm.cpp with the CUDA backend on the GPU machine and runs the CPU unit tests, the
-# CUDA parity tests and the kernel timings, in one go (device time is scarce).
+# Builds vllm.cpp with the CUDA backend on a CUDA machine without network access and runs the
+# CPU unit tests, the CUDA parity tests and the kernel timings, in one go.
 #
-# That machine has nvcc, CMake and ninja but no Debian -dev packages and no network, so the
-# packages come along as .deb files (scripts/fetch_device_debs.sh puts them in .debs/ here;
-# the device tool carries them with carry [".debs"]). They are unpacked with `dpkg -x` into
-# a private prefix, never into /, and found through CMAKE_PREFIX_PATH; their shared libraries
-# reach the test binaries through LD_LIBRARY_PATH only, so the machine's own tools never load
-# them. Logs go to $OUT (the device tool brings that folder back; at most 8 files) or
-# build-device/. Exits non-zero when a build or a test fails.
-#   run: bash scripts/device_build.sh 2>&1 | tee $OUT/log
+#   bash scripts/device_build.sh [OUT_DIR]
+#
+# Needs: the CUDA toolkit (nvcc; compute-sanitizer and cuobjdump are used when present),
+# CMake, ninja and a C++20 compiler on the machine, plus the Debian 12 packages the build
+# links against, brought along as .deb files in .debs/ (scripts/fetch_device_debs.sh
+# downloads them on a machine with network). They are unpacked with `dpkg -x` (or `ar` +
+# `tar`) into a private prefix under the build folder, never into /, and found through
+# CMAKE_PREFIX_PATH; their shared libraries reach the test binaries through LD_LIBRARY_PATH
+# only, so the machine's own tools never load them. Logs and the summary go to OUT_DIR
+# (default build-device/logs). Exits non-zero when a build or a test fails.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-prefix=/tmp/debroot
 build="$root/build-device"
-out="${OUT:-$build}"
+prefix="$build/debroot"
+out="${1:-$build/logs}"
 mkdir -p "$build" "$out"
 jobs="$(nproc)"
 export PATH="/usr/local/cuda/bin:$PATH"  # nvcc, compute-sanitizer, cuobjdump
@@ -30,7 +32,7 @@ grep PRETTY_NAME /etc/os-release || true
 
 echo "== unpacking $(ls .debs/*.deb 2>/dev/null | wc -l) packages into $prefix"
 if ! ls .debs/*.deb >/dev/null 2>&1; then
-  echo "no .debs/*.deb: run scripts/fetch_device_debs.sh here and carry .debs" >&2
+  echo "no .debs/*.deb: run scripts/fetch_device_debs.sh on a machine with network and bring .debs/ along" >&2
   exit 1
 fi
 rm -rf "$prefix"
@@ -112,7 +114,7 @@ if [ -x "$cuda_tests" ]; then
 fi
 
 echo "== summary"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 cat "$out/bench_table.txt" 2>/dev/null
 if printf '%s\n' "${summary[@]}" | grep -qE 'FAILED|did not build|ERROR SUMMARY: [1-9]'; then
   exit 1

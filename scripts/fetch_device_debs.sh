@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Downloads (does not install) the Debian packages the CUDA build and its tests need, into the
-# git-ignored folder .debs/, for scripts/device_build.sh to unpack on the GPU machine, which
-# has nvcc, CMake and ninja but no -dev packages and no network.
+# git-ignored folder .debs/, for scripts/device_build.sh to unpack on a CUDA machine that has
+# nvcc, CMake and ninja but neither the -dev packages nor network access.
 #
-# Runs here (Debian 12, apt lists current: `apt-get update` first if apt-get download says it
-# cannot find a package). The set is the dependency closure of the packages below minus what
-# every glibc system already has (libc, libstdc++, the compiler runtime): those must not be
-# unpacked next to the GPU machine's own, newer ones. Safe to run again; it starts afresh.
+# Runs on a Debian 12 machine with network (apt lists current: `apt-get update` first if
+# apt-get download says it cannot find a package). The set is the dependency closure of the
+# packages below minus what every glibc system already has (libc, libstdc++, the compiler
+# runtime): those must not be unpacked next to the CUDA machine's own, newer ones. Safe to
+# run again; it starts afresh.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="$root/.debs"
 
-# What the top-level CMakeLists.txt finds plus the DESIGN.md dependency list.
+# What the top-level CMakeLists.txt finds, and what the tests and `vllm bench --plot` use.
 wanted=(
   nlohmann-json3-dev libfmt-dev libspdlog-dev
   libopenblas-dev libopenblas-pthread-dev
