@@ -3,8 +3,10 @@
 # Qwen3.5 MoE checkpoint (tests/golden/qwen3_5_moe, symlinked) plus the small Qwen3-derived
 # tokenizer in tests/e2e/fixtures/, starts build/src/cli/vllm serve on 127.0.0.1 with a free
 # port, waits for /health, then runs the official-client tests (test_*.mjs), the curl tests
-# and finally the SIGTERM test (a stream in flight finishes, the server exits 0). The server
-# is always killed on the way out.
+# and finally the SIGTERM test (a stream in flight finishes, the server exits 0). On a
+# sanitizer build (VLLM_BUILD_DIR=build-asan) a sanitizer report in the server's log fails
+# the run, as does the non-zero exit status it causes. The server is always killed on the
+# way out.
 #
 #   bash tests/e2e/run.sh            (VLLM_BUILD_DIR=build by default)
 # Needs node + tests/e2e/node_modules (scripts/fetch_e2e_deps.sh), curl and jq.
@@ -112,6 +114,13 @@ if [ "$server_status" == 0 ] && [ "$finish_reason" == "length" ] && [ "$refused"
   echo "e2e: PASS SIGTERM drains and exits 0"
 else
   echo "e2e: FAIL SIGTERM"; tail -n 20 "$log"; status=1
+fi
+
+sanitizer_report='ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (Address|Leak|UndefinedBehavior)Sanitizer'
+if grep -qE "$sanitizer_report" "$log"; then
+  echo "e2e: FAIL the server reported sanitizer errors:"
+  grep -E -A 30 "$sanitizer_report" "$log" | head -n 80
+  status=1
 fi
 
 [ $status == 0 ] && echo "e2e: all passed" || { echo "e2e: server log tail:"; tail -n 30 "$log"; }
