@@ -3,10 +3,12 @@
 #   1. Release build + unit tests (ctest)
 #   1b. end-to-end tests of `vllm serve` (tests/e2e/run.sh: the openai npm client and curl)
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build + unit tests
+#   2b. the end-to-end server tests again, against the sanitizer build
 #   3. CUDA backend compile (nvcc, sm_90 + PTX) when nvcc is installed; its tests skip
-#      without a GPU (run them on a GPU machine with scripts/device_build.sh)
+#      without a GPU (run them on a CUDA machine with scripts/device_build.sh)
 #   4. libFuzzer smoke run of every fuzz target (FUZZ_SECONDS each, default 20)
-# Uses VLLM_JOBS parallel jobs (default 2).
+# Uses VLLM_JOBS parallel jobs (default 2). Every stage is required: a missing one (a unit
+# test that skips itself for lack of its data, the fuzz script) fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,12 +20,26 @@ fuzz_seconds=${FUZZ_SECONDS:-20}
 started=$(date +%s)
 
 step() { echo; echo "=== $* ($(( $(date +%s) - started ))s)"; }
+# ctest reports a GTEST_SKIP()ped test as passed. Here every test has what it needs
+# (setup.sh, fetch_tokenizers.sh), so a skipped test is a stage gone missing: fail.
+run_ctest() {  # run_ctest BUILD_DIR [ENV=VALUE...]
+  local dir=$1
+  shift
+  env "$@" ctest --test-dir "$dir" --output-on-failure -j"$jobs" | tee "$dir/ctest.log"
+  if grep -q '(Skipped)' "$dir/ctest.log"; then
+    echo "test.sh: tests skipped in $dir (their data or a dependency is missing):"
+    grep '(Skipped)' "$dir/ctest.log"
+    exit 1
+  fi
+}
+sanitizer_env=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+               UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 
 step "release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 step "unit tests (release)"
-ctest --test-dir build --output-on-failure -j"$jobs"
+run_ctest build
 step "end-to-end server tests (release)"
 VLLM_BUILD_DIR=build bash tests/e2e/run.sh
 
@@ -32,8 +48,9 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVLLM_SANIT
   -DVLLM_BENCHMARKS=OFF >/dev/null
 cmake --build build-asan -j"$jobs" --target vllm_unit_tests
 step "unit tests (ASan + UBSan)"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$jobs"
+run_ctest build-asan "${sanitizer_env[@]}"
+step "end-to-end server tests (ASan + UBSan)"
+env "${sanitizer_env[@]}" VLLM_BUILD_DIR=build-asan bash tests/e2e/run.sh
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   step "CUDA backend compile"
@@ -44,9 +61,7 @@ else
   step "CUDA backend compile skipped: nvcc not found"
 fi
 
-if [ -x scripts/fuzz.sh ] || [ -f scripts/fuzz.sh ]; then
-  step "fuzz smoke run (${fuzz_seconds}s per target)"
-  bash scripts/fuzz.sh "$fuzz_seconds"
-fi
+step "fuzz smoke run (${fuzz_seconds}s per target)"
+bash scripts/fuzz.sh "$fuzz_seconds"
 
 step "all tests passed"
