@@ -1,48 +1,37 @@
 #!/usr/bin/env bash
-# Downloads (does not install) the Debian packages the CUDA build and its tests need, into the
-# git-ignored folder .debs/, for scripts/device_build.sh to unpack on a CUDA machine that has
-# nvcc, CMake and ninja but neither the -dev packages nor network access.
+# Prepares the build dependencies for a CUDA machine that has nvcc, CMake and ninja but no
+# network and no Debian -dev packages: downloads (does not install) the Debian 12 packages the
+# CUDA build and its tests need, unpacks them into a private prefix, drops what the build does
+# not use (static libraries other than GoogleTest's, documentation, LAPACK) and packs the
+# prefix into .debs/prefix.tar.xz (git-ignored; about 17 MB). scripts/device_test.sh unpacks
+# it there. Packages every glibc system has (libc, libstdc++, the compiler runtime) are not
+# included: the target machine's own, newer ones are used.
 #
-# Runs on a Debian 12 machine with network (apt lists current: `apt-get update` first if
-# apt-get download says it cannot find a package). The set is the dependency closure of the
-# packages below minus what every glibc system already has (libc, libstdc++, the compiler
-# runtime): those must not be unpacked next to the CUDA machine's own, newer ones. Safe to
-# run again; it starts afresh.
+# Runs on Debian 12 with current apt lists (`apt-get update` first if a download fails).
+# Safe to run again; it starts afresh.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="$root/.debs"
-
-# What the top-level CMakeLists.txt finds, and what the tests and `vllm bench --plot` use.
-wanted=(
-  nlohmann-json3-dev libfmt-dev libspdlog-dev
-  libopenblas-dev libopenblas-pthread-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libcpp-httplib-dev libpcre2-dev libxxhash-dev libicu-dev
-  libcairo2-dev fonts-dejavu-core
+packages=(
+  nlohmann-json3-dev libfmt-dev libfmt9 libspdlog-dev libspdlog1.10
+  libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5
+  libquadmath0 libgtest-dev libgmock-dev libcli11-dev libcpp-httplib-dev libcpp-httplib0.11
+  libssl-dev libssl3 zlib1g-dev libbrotli-dev libbrotli1
+  libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3
+  libxxhash-dev libxxhash0 libicu-dev libicu72
 )
 
-# Base-system packages and unused alternatives: never shipped.
-skip_regex='^(libc6|libc6-dev|libc-dev-bin|linux-libc-dev|libcrypt1|libcrypt-dev|libnsl2|libnsl-dev'
-skip_regex+='|libtirpc[0-9]*|libtirpc-common|libtirpc-dev|rpcsvc-proto|libgcc-s1|libstdc\+\+6'
-skip_regex+='|gcc-[0-9]+-base|libgomp1|libkrb5-3|libkrb5support0|libk5crypto3|libgssapi-krb5-2'
-skip_regex+='|libcom-err2|libkeyutils1|catch2|googletest|libopenblas-openmp-dev'
-skip_regex+='|libopenblas-serial-dev|libopenblas0-openmp|libopenblas0-serial|debconf|dpkg)$'
-
-mapfile -t closure < <(
-  apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
-    --no-replaces --no-enhances "${wanted[@]}" | grep -v '^[ <]' | sort -u)
-packages=()
-for p in "${closure[@]}"; do
-  [[ "$p" =~ $skip_regex ]] || packages+=("$p")
-done
-if ((${#packages[@]} == 0)); then
-  echo "fetch_device_debs: apt-cache found nothing; run 'apt-get update' first" >&2
-  exit 1
-fi
-
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+(cd "$work" && apt-get download -q "${packages[@]}")
+mkdir -p "$work/root"
+for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/root"; done
+lib="$work/root/usr/lib/x86_64-linux-gnu"
+find "$work/root" -name '*.a' ! -name 'libgtest*.a' ! -name 'libgmock*.a' -delete
+rm -rf "$work/root/usr/share/doc" "$work/root/usr/share/man" "$work/root/usr/share/lintian" \
+  "$lib"/openblas-pthread/liblapack.so* "$lib"/openblas-pthread/libblas.so*
 rm -rf "$dest"
 mkdir -p "$dest"
-echo "fetch_device_debs: ${#packages[@]} packages: ${packages[*]}"
-(cd "$dest" && apt-get download -q "${packages[@]}")
-du -sh "$dest"
+tar cJf "$dest/prefix.tar.xz" -C "$work/root" .
+du -sh "$dest/prefix.tar.xz"

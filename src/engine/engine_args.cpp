@@ -7,10 +7,50 @@
 
 namespace vllm::engine {
 
+Expected<std::pair<Device, DType>> resolve_device(const std::string& device_name,
+                                                  const std::string& dtype_name) {
+  Device device;
+  if (device_name == "auto") {
+    device = cuda_available() ? Device::cuda() : Device::cpu();
+  } else if (device_name == "cuda" || device_name == "cuda:0") {
+    device = Device::cuda();
+  } else if (device_name == "cpu") {
+    device = Device::cpu();
+  } else {
+    return make_error(ErrorCode::kInvalidArgument, "--device '{}' is not one of auto, cuda, cpu",
+                      device_name);
+  }
+  DType dtype;
+  if (dtype_name == "auto") {
+    dtype = device.is_cuda() ? DType::kBF16 : DType::kF32;
+  } else if (dtype_name == "bfloat16" || dtype_name == "bf16") {
+    dtype = DType::kBF16;
+  } else if (dtype_name == "float32" || dtype_name == "float") {
+    dtype = DType::kF32;
+  } else {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--dtype '{}' is not one of auto, bfloat16, float32", dtype_name);
+  }
+  if (device.is_cpu() && dtype != DType::kF32) {
+    return make_error(ErrorCode::kUnsupported,
+                      "the CPU backend computes in float32; --dtype {} needs --device cuda",
+                      dtype_name);
+  }
+  if (device.is_cuda() && !cuda_available()) {
+    return make_error(ErrorCode::kUnsupported,
+                      "--device cuda: no usable CUDA GPU{} (use --device cpu)",
+                      cuda_available() ? "" : " (or this build has no CUDA backend)");
+  }
+  return std::make_pair(device, dtype);
+}
+
 Expected<LoadedEngine> build_engine(const EngineArgs& args) {
   LoadOptions load;
   load.max_model_len = args.max_model_len;
   load.load_format = args.load_format;
+  VLLM_ASSIGN_OR_RETURN(auto placement, resolve_device(args.device, args.dtype));
+  load.device = placement.first;
+  load.dtype = placement.second;
   auto model = load_model(args.model, load);
   if (!model) return model.status().with_context("cannot load model");
   LoadedEngine out;

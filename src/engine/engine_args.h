@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "base/status.h"
 #include "engine/engine_core.h"
@@ -20,6 +21,8 @@ namespace vllm::engine {
 struct EngineArgs {
   std::string model;                  // Hugging Face model folder
   std::string load_format = "auto";   // auto | safetensors | dummy
+  std::string device = "auto";        // auto (cuda when a GPU is usable) | cuda | cpu
+  std::string dtype = "auto";         // auto (bfloat16 on cuda, float32 on cpu) | bfloat16 | float32
   int64_t max_model_len = 0;          // 0: the config's max_position_embeddings
   EngineConfig engine;                // scheduler limits, block size, KV budget
   std::optional<int32_t> num_gpu_blocks_override;
@@ -35,5 +38,12 @@ struct LoadedEngine {
 
 // Errors say which stage failed ("cannot load model: ...", "cannot start the engine: ...").
 Expected<LoadedEngine> build_engine(const EngineArgs& args);
+
+// --device and --dtype resolved: auto picks cuda when this build has CUDA and a GPU is
+// usable, else cpu; dtype auto is bfloat16 on cuda and float32 on cpu. A combination the
+// backends cannot run (cuda without a GPU or without the CUDA build; bfloat16 on cpu) is
+// kUnsupported saying why.
+Expected<std::pair<Device, DType>> resolve_device(const std::string& device,
+                                                  const std::string& dtype);
 
 }  // namespace vllm::engine

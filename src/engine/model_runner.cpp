@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "ops/ops.h"
+#include "model/state_copy.h"
+
 namespace vllm::engine {
 namespace {
 
@@ -15,7 +18,10 @@ Tensor i64_tensor(const std::vector<int64_t>& values) {
 }  // namespace
 
 ModelRunner::ModelRunner(Model* model, ModelCache cache, uint64_t seed)
-    : model_(model), cache_(std::move(cache)), sampler_(seed) {}
+    : model_(model), cache_(std::move(cache)), sampler_(seed) {
+  // Sampling of GPU logits queues after the model's work on its stream.
+  sampler_.set_device_stream(model_->context().stream);
+}
 
 ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
                                          std::vector<std::vector<int64_t>>* prompt_rows) const {
@@ -63,13 +69,38 @@ ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
   return batch;
 }
 
+Expected<Tensor> ModelRunner::gather_sample_rows(const Tensor& logits,
+                                                const std::vector<int64_t>& rows) const {
+  const auto count = static_cast<int64_t>(rows.size());
+  // Usually every logits row samples (no prompt logprobs): nothing to gather.
+  bool identity = count == logits.size(0);
+  for (int64_t i = 0; identity && i < count; ++i) identity = rows[static_cast<size_t>(i)] == i;
+  Tensor out = logits;
+  if (!identity) {
+    const ExecContext& ctx = model_->context();
+    VLLM_ASSIGN_OR_RETURN(Tensor index, ops::to_device(ctx, i64_tensor(rows)));
+    if (logits.device().is_cpu()) {
+      VLLM_ASSIGN_OR_RETURN(out, Tensor::try_empty({count, logits.size(1)}, DType::kF32));
+    } else {
+      VLLM_ASSIGN_OR_RETURN(out, ctx.alloc({count, logits.size(1)}, DType::kF32));
+    }
+    VLLM_RETURN_IF_ERROR(ops::gather_rows(ctx, logits, index, out));
+  }
+  return out;
+}
+
 Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
   StepResult result;
   result.prompt_logprobs.resize(output.requests.size());
   if (output.empty()) return result;
   std::vector<std::vector<int64_t>> prompt_rows;
   ForwardBatch batch = prepare_inputs(output, &prompt_rows);
+  // Hybrid prefix caching: restored snapshots in, then the step, then the snapshots it saves out.
+  VLLM_RETURN_IF_ERROR(
+      copy_state_slots(model_->context(), cache_, output.state_restores.src_slots, output.state_restores.dst_slots));
   VLLM_ASSIGN_OR_RETURN(Tensor logits, model_->forward(batch, cache_));
+  VLLM_RETURN_IF_ERROR(
+      copy_state_slots(model_->context(), cache_, output.state_saves.src_slots, output.state_saves.dst_slots));
 
   std::vector<SamplingRequestState> states;
   std::vector<int64_t> sample_rows;
@@ -85,6 +116,10 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
         next.push_back(req.all_token_ids()[static_cast<size_t>(s.num_computed_tokens) + k + 1]);
       }
       Tensor part = logits.slice(0, row, row + static_cast<int64_t>(rows.size()));
+      if (!part.device().is_cpu()) {
+        // Prompt logprobs are rare; their rows come to the host whole.
+        VLLM_ASSIGN_OR_RETURN(part, ops::to_host(model_->context(), part));
+      }
       result.prompt_logprobs[r] =
           compute_prompt_logprobs(part, next, *req.params().prompt_logprobs);
       row += static_cast<int64_t>(rows.size());
@@ -100,12 +135,7 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
     }
   }
   if (!states.empty()) {
-    Tensor rows_to_sample = Tensor::empty({static_cast<int64_t>(sample_rows.size()), logits.size(1)},
-                                          DType::kF32);
-    for (size_t i = 0; i < sample_rows.size(); ++i) {
-      std::copy_n(logits.data<float>() + sample_rows[i] * logits.size(1), logits.size(1),
-                  rows_to_sample.data<float>() + static_cast<int64_t>(i) * logits.size(1));
-    }
+    VLLM_ASSIGN_OR_RETURN(Tensor rows_to_sample, gather_sample_rows(logits, sample_rows));
     result.sampled = sampler_.sample(rows_to_sample, states);
   }
   return result;

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "base/thread_pool.h"
+#include "engine/sampler_device.h"
 
 namespace vllm {
 namespace {
@@ -75,10 +76,11 @@ SampleResult sample_row(std::span<const float> raw_logits, const SamplingRequest
 Sampler::Sampler(uint64_t seed, ThreadPool* pool)
     : engine_seed_(seed ^ kEngineStreamSalt), pool_(pool) {}
 
-std::vector<SampleResult> Sampler::sample(const Tensor& logits,
-                                          std::span<const SamplingRequestState> requests) {
-  check_logits(logits, requests.size(), "Sampler::sample");
-  // Draws are fixed here, in row order, so that running rows in parallel changes nothing.
+Sampler::~Sampler() = default;
+Sampler::Sampler(Sampler&&) noexcept = default;
+Sampler& Sampler::operator=(Sampler&&) noexcept = default;
+
+std::vector<double> Sampler::take_draws(std::span<const SamplingRequestState> requests) {
   std::vector<double> draws(requests.size(), 0.0);
   for (size_t r = 0; r < requests.size(); ++r) {
     const SamplingParams* params = requests[r].params;
@@ -91,6 +93,27 @@ std::vector<SampleResult> Sampler::sample(const Tensor& logits,
       draws[r] = uniform_from_stream(engine_seed_, engine_counter_++);
     }
   }
+  return draws;
+}
+
+std::vector<SampleResult> Sampler::sample(const Tensor& logits,
+                                          std::span<const SamplingRequestState> requests) {
+  if (logits.defined() && logits.device().is_cuda()) {
+#ifdef VLLM_WITH_CUDA
+    // Draws are fixed on the host, in row order, exactly as for CPU logits.
+    const std::vector<double> draws = take_draws(requests);
+    if (!device_ || device_->device() != logits.device()) {
+      device_ = make_device_row_sampler(logits.device(), device_stream_);
+    }
+    return device_->sample(logits, requests, draws);
+#else
+    VLLM_CHECK_MSG(false, "Sampler::sample: logits {} are on a GPU, but this build has no CUDA",
+                   logits.to_string());
+#endif
+  }
+  check_logits(logits, requests.size(), "Sampler::sample");
+  // Draws are fixed here, in row order, so that running rows in parallel changes nothing.
+  const std::vector<double> draws = take_draws(requests);
   std::vector<SampleResult> results(requests.size());
   for_each_row(pool_, requests.size(), [&](size_t r) {
     results[r] = sample_row(row_of(logits, static_cast<int64_t>(r)), requests[r], draws[r]);
@@ -101,6 +124,16 @@ std::vector<SampleResult> Sampler::sample(const Tensor& logits,
 std::vector<TokenLogprobs> compute_prompt_logprobs(const Tensor& logits,
                                                    std::span<const int32_t> next_token_ids,
                                                    int32_t num_logprobs, ThreadPool* pool) {
+  if (logits.defined() && logits.device().is_cuda()) {
+    // Prompt logprobs are rare: the rows come to the host and take the CPU path.
+#ifdef VLLM_WITH_CUDA
+    return compute_prompt_logprobs(logits_to_host(logits), next_token_ids, num_logprobs, pool);
+#else
+    VLLM_CHECK_MSG(false,
+                   "compute_prompt_logprobs: logits {} are on a GPU, but this build has no CUDA",
+                   logits.to_string());
+#endif
+  }
   check_logits(logits, next_token_ids.size(), "compute_prompt_logprobs");
   std::vector<TokenLogprobs> results(next_token_ids.size());
   for_each_row(pool, next_token_ids.size(), [&](size_t r) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -26,6 +27,7 @@
 namespace vllm {
 
 class ThreadPool;
+class DeviceRowSampler;  // the path for logits on a GPU (sampler_device.h)
 
 // What the sampler needs of one request for one step. Spans must stay valid for the call.
 struct SamplingRequestState {
@@ -47,12 +49,25 @@ class Sampler {
   // `seed` starts the engine stream used by requests without a seed. `pool` (not owned)
   // runs rows in parallel; nullptr means the process-wide default pool.
   explicit Sampler(uint64_t seed = 0, ThreadPool* pool = nullptr);
+  ~Sampler();
+  Sampler(Sampler&&) noexcept;
+  Sampler& operator=(Sampler&&) noexcept;
 
-  // logits F32 [num_rows, vocab_size] on the CPU (rows may be strided; the vocab dim is
-  // contiguous), one row per entry of `requests`, in the same order. Each params must
-  // have passed validate(vocab_size).
+  // logits F32 [num_rows, vocab_size] (rows may be strided; the vocab dim is contiguous),
+  // one row per entry of `requests`, in the same order. Each params must have passed
+  // validate(vocab_size). Logits on the CPU are sampled here; in CUDA builds, logits on a
+  // GPU are sampled there with the same draws, and only the results come back.
   std::vector<SampleResult> sample(const Tensor& logits,
                                    std::span<const SamplingRequestState> requests);
+
+  // The uniform draw of each row for one step, in row order: 0 for greedy rows, a seeded
+  // request's own stream at position output_token_ids.size(), otherwise the next draw of
+  // the engine stream (which this advances). sample() takes its draws from here.
+  std::vector<double> take_draws(std::span<const SamplingRequestState> requests);
+
+  // The CUDA stream GPU logits are produced on (the model's); the GPU path queues its work
+  // after it. nullptr: the legacy default stream.
+  void set_device_stream(void* stream) { device_stream_ = stream; }
 
   // Draws taken from the engine stream so far (one per unseeded, non-greedy row).
   uint64_t engine_draws() const { return engine_counter_; }
@@ -61,6 +76,8 @@ class Sampler {
   uint64_t engine_seed_;
   uint64_t engine_counter_ = 0;
   ThreadPool* pool_;
+  std::unique_ptr<DeviceRowSampler> device_;  // created at the first GPU step
+  void* device_stream_ = nullptr;             // cudaStream_t the GPU path runs on
 };
 
 // Samples one row with the uniform draw `u` in [0, 1) (ignored by greedy rows). The row
@@ -70,9 +87,9 @@ SampleResult sample_row(std::span<const float> raw_logits, const SamplingRequest
 
 // Prompt logprobs: row i of `logits` F32 [num_positions, vocab_size] is the model's
 // prediction after prompt position i, and next_token_ids[i] the prompt token that really
-// followed. Returns that token's logprob and rank and the top num_logprobs (-1: vocab)
-// tokens per row. For a prompt of P tokens vLLM reports P - 1 of these (the first prompt
-// token has none).
+// followed (logits on a GPU are copied to the host first). Returns that token's logprob and
+// rank and the top num_logprobs (-1: vocab) tokens per row. For a prompt of P tokens vLLM
+// reports P - 1 of these (the first prompt token has none).
 std::vector<TokenLogprobs> compute_prompt_logprobs(const Tensor& logits,
                                                    std::span<const int32_t> next_token_ids,
                                                    int32_t num_logprobs,

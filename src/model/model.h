@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "loader/hf_config.h"
 #include "model/forward_batch.h"
+#include "ops/exec_context.h"
 #include "tensor/tensor.h"
 
 namespace vllm {
@@ -21,8 +22,8 @@ struct CacheConfig {
   int64_t num_state_slots = 0;  // GDN state slots (hybrid models)
 };
 
-// Everything a model keeps between steps: per attention layer a KV cache
-// [num_blocks, 2, block_size, kv_heads, head_dim]; hybrid models (Qwen3.5 / Qwen3-Next) keep
+// Everything a model keeps between steps, on the model's device: per attention layer a KV
+// cache [num_blocks, 2, block_size, kv_heads, head_dim] in Model::kv_cache_dtype(); hybrid models (Qwen3.5 / Qwen3-Next) keep
 // it for their full-attention layers only, in layer order, and per linear-attention (GDN)
 // layer, in layer order, a conv and a recurrent state per state slot:
 //   conv_state F32 [num_state_slots, conv_dim, conv_kernel - 1] (the last inputs, oldest first)
@@ -40,6 +41,12 @@ struct LoadOptions {
   // vLLM's --load-format: "auto" / "safetensors" read the checkpoint; "dummy" makes up
   // random weights of the config's real shapes (config.json is all the folder needs).
   std::string load_format = "auto";
+  // Where the model runs. CPU: F32 activations (the reference). CUDA: activations (and the
+  // KV cache) in `dtype` -- kBF16 by default, or kF32.
+  Device device = Device::cpu();
+  DType dtype = DType::kF32;
+  // The runtime to run on; null: load_model / create_model create one for device and dtype.
+  std::shared_ptr<DeviceRuntime> runtime;
 };
 
 class Model {
@@ -47,10 +54,27 @@ class Model {
   virtual ~Model() = default;
 
   virtual const ModelConfig& config() const = 0;
-  // Allocates zeroed caches of this model's shapes.
+  // Allocates zeroed caches of this model's shapes on its device.
   virtual Expected<ModelCache> create_cache(const CacheConfig& config) const = 0;
-  // Logits F32 [batch.logits_indices.size(), vocab_size].
+  // Logits F32 [batch.logits_indices.size(), vocab_size] on the model's device. On CUDA they
+  // live in the runtime's workspace: valid until the next forward. The batch's tensors may
+  // be on the host; they are copied to the device here.
   virtual Expected<Tensor> forward(const ForwardBatch& batch, ModelCache& cache) = 0;
+
+  // The device resources the model runs on (its stream, workspace and GEMM handle); the
+  // engine samples on the same context.
+  DeviceRuntime& runtime() const { return *runtime_; }
+  const ExecContext& context() const { return runtime_->context(); }
+  // Element type of the KV cache (the activation dtype).
+  DType kv_cache_dtype() const { return runtime_->context().act_dtype; }
+  // Bytes of GDN state one state slot holds across all layers (0 for attention-only models).
+  int64_t state_bytes_per_slot() const;
+
+ protected:
+  void set_runtime(std::shared_ptr<DeviceRuntime> runtime) { runtime_ = std::move(runtime); }
+
+ private:
+  std::shared_ptr<DeviceRuntime> runtime_;
 };
 
 Expected<std::unique_ptr<Model>> load_model(const std::filesystem::path& model_dir,

@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "loader/checkpoint.h"
+#include "ops/exec_context.h"
 #include "tensor/tensor.h"
 
 namespace vllm {
@@ -31,13 +32,32 @@ class CheckpointWeights final : public WeightSource {
   Checkpoint checkpoint_;
 };
 
+// Puts another source's weights on an execution context's device, once, at load: on the CPU
+// they pass through untouched (mmapped, in the checkpoint's dtype); on CUDA every matrix
+// (2-D and up) is converted to the activation dtype on the device and 1-D tensors (norms,
+// biases, A_log, dt_bias) keep their F32/BF16 dtype (F16 becomes F32). Running out of device
+// memory is an error naming the tensor, its size and the free memory.
+class DeviceWeights final : public WeightSource {
+ public:
+  DeviceWeights(WeightSource& inner, const ExecContext& ctx) : inner_(inner), ctx_(ctx) {}
+  Expected<Tensor> get(const std::string& name, const Shape& shape) override;
+  bool contains(const std::string& name) const override { return inner_.contains(name); }
+
+ private:
+  WeightSource& inner_;
+  const ExecContext& ctx_;
+};
+
 // vLLM's --load-format dummy: every requested tensor is made up, with values uniform in
 // [-1e-3, 1e-3] (vLLM's range) from a seeded generator, in `dtype`, on the CPU -- or, on the
 // meta device, as shapes only (no memory), to build and measure any config's real structure.
+// With an execution context on a GPU the tensors are created and filled on the device
+// directly, in the activation dtype (a 27B model is never built on the host).
 // Optional tensors (contains() is false) are left out.
 class DummyWeights final : public WeightSource {
  public:
   DummyWeights(DType dtype, Device device, uint64_t seed = 0);
+  DummyWeights(const ExecContext& ctx, uint64_t seed = 0);
   Expected<Tensor> get(const std::string& name, const Shape& shape) override;
   bool contains(const std::string& name) const override { return false; }
 
@@ -48,13 +68,16 @@ class DummyWeights final : public WeightSource {
  private:
   DType dtype_;
   Device device_;
+  const ExecContext* ctx_ = nullptr;  // device fills
+  uint64_t seed_ = 0;
   uint64_t state_;
   std::map<std::string, int64_t> numel_by_name_;
 };
 
-// Copies the rows of each [n_i, K] tensor (all of one dtype) into one [sum n_i, K] tensor,
-// e.g. gate_proj and up_proj into the gate_up weight silu_and_mul expects. Meta parts give a
-// meta result.
-Expected<Tensor> concat_rows(const std::vector<Tensor>& parts);
+// Copies the rows of each [n_i, K] tensor (all of one dtype, on one device) into one
+// [sum n_i, K] tensor on that device, e.g. gate_proj and up_proj into the gate_up weight
+// silu_and_mul expects. Meta parts give a meta result. Device parts need `ctx` (its stream
+// does the copies).
+Expected<Tensor> concat_rows(const std::vector<Tensor>& parts, const ExecContext* ctx = nullptr);
 
 }  // namespace vllm

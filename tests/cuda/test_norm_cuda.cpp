@@ -125,6 +125,34 @@ TEST_F(NormCuda, FusedAddRmsNormMatchesCpu) {
   }
 }
 
+// BF16 activations over an F32 residual stream: the sum is kept in f32.
+TEST_F(NormCuda, FusedAddRmsNormWithF32Residual) {
+  for (int64_t rows : kRows) {
+    for (int64_t hidden : kHidden) {
+      for (bool unit_offset : {false, true}) {
+        SCOPED_TRACE(case_name(rows, hidden, DType::kBF16, DType::kBF16, unit_offset));
+        Tensor x = random_tensor({rows, hidden}, DType::kBF16, rng_, 0.0f, 1.0f);
+        Tensor residual = random_tensor({rows, hidden}, DType::kF32, rng_, 0.2f, 3.0f);
+        Tensor w = random_weight(hidden, DType::kBF16, unit_offset, rng_);
+        Tensor x_ref = to_f32(x);
+        Tensor residual_ref = to_f32(residual);
+        ASSERT_TRUE(cpu::fused_add_rms_norm(x_ref, residual_ref, w, kEps, unit_offset).is_ok());
+        auto x_gpu = cuda::copy_to_device(x);
+        auto residual_gpu = cuda::copy_to_device(residual);
+        auto w_gpu = cuda::copy_to_device(w);
+        ASSERT_TRUE(x_gpu && residual_gpu && w_gpu);
+        Status status = cuda::fused_add_rms_norm(*x_gpu, *residual_gpu, *w_gpu, kEps, unit_offset);
+        ASSERT_TRUE(status.is_ok()) << status.to_string();
+        auto x_out = cuda::copy_to_host(*x_gpu);
+        auto residual_out = cuda::copy_to_host(*residual_gpu);
+        ASSERT_TRUE(x_out && residual_out);
+        EXPECT_TRUE(relative_l2(*residual_out, residual_ref, 1e-6)) << "residual";
+        EXPECT_TRUE(relative_l2(to_f32(*x_out), x_ref, 1e-2)) << "x";
+      }
+    }
+  }
+}
+
 TEST_F(NormCuda, OutputMayAliasInput) {
   for (DType act : kActs) {
     for (int64_t hidden : {int64_t{4097}, int64_t{8192}, int64_t{40000}}) {

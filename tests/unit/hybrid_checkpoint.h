@@ -27,6 +27,7 @@ struct HybridSpec {
   int64_t decoder_sparse_step = 1;       // Qwen3-Next
   std::vector<int64_t> mlp_only_layers;  // Qwen3-Next
   bool moe = false;                      // Qwen3-Next: num_experts > 0
+  int64_t checkpoint_experts = 0;        // experts written (0: the config's num_experts)
   uint64_t seed = 1;
 };
 
@@ -223,7 +224,8 @@ class HybridCheckpointWriter {
       }
       out.emplace_back(m + "gate.weight", linear(d_.experts, h));
       std::vector<Tensor> gate_up, down;
-      for (int64_t e = 0; e < d_.experts; ++e) {
+      const int64_t written = spec_.checkpoint_experts > 0 ? spec_.checkpoint_experts : d_.experts;
+      for (int64_t e = 0; e < written; ++e) {
         Tensor g = linear(d_.moe_inter, h), u = linear(d_.moe_inter, h),
                dn = linear(h, d_.moe_inter);
         if (spec_.fused_experts) {

@@ -16,6 +16,7 @@
 
 #include "hybrid_checkpoint.h"
 #include "model/model.h"
+#include "model/state_copy.h"
 #include "unit/model_harness.h"
 #include "unit/temp_dir.h"
 
@@ -115,6 +116,28 @@ TEST_P(HybridModelTest, ChunkedPrefillMatchesWholePrefill) {
     }
     EXPECT_LT(rel_l2(logits.data(), reference.data(), n * vocab), 1e-5) << "chunk " << chunk;
   }
+}
+
+// Prefix caching's contract: a state slot copied at a block boundary (copy_state_slots) and
+// restored into another slot lets a second request continue on the first one's KV blocks as
+// if it had computed the prefix itself.
+TEST_P(HybridModelTest, RestoredStateSnapshotContinuesThePrefix) {
+  const int64_t n = 23, prefix = 8, vocab = model_->config().vocab_size;
+  const std::vector<float> reference = whole_prompt(*model_, prompt(n, 1));
+  ModelCache cache = new_cache(*model_);
+  Seq a{prompt(n, 1), {2, 30, 11, 5, 17, 40}, 0, 0};
+  ASSERT_TRUE(step(*model_, cache, {{&a, prefix}}).defined());
+  const std::vector<int32_t> snapshot_slot = {4}, a_slot = {0};
+  ASSERT_TRUE(copy_state_slots(cache, a_slot, snapshot_slot).is_ok());
+  ASSERT_TRUE(step(*model_, cache, {{&a, n - prefix}}).defined());  // a's slot moves on
+
+  Seq b{prompt(n, 1), {2, 30, 7, 9, 13, 21}, 3, prefix};  // a's first two blocks
+  const std::vector<int32_t> b_slot = {3};
+  ASSERT_TRUE(copy_state_slots(cache, snapshot_slot, b_slot).is_ok());
+  Tensor rest = step(*model_, cache, {{&b, n - prefix}});
+  ASSERT_TRUE(rest.defined());
+  EXPECT_LT(rel_l2(rest.data<float>(), reference.data() + prefix * vocab, (n - prefix) * vocab),
+            1e-5);
 }
 
 TEST_P(HybridModelTest, BatchedRequestsMatchAloneWithReusedSlots) {
@@ -246,6 +269,49 @@ TEST(HybridModelLoad, MissingOrMisshapedTensorIsNamed) {
   EXPECT_NE(model.status().message().find(expert), std::string::npos) << model.status().message();
 }
 
+// Experts that disagree with config.json (count or shape, per-expert or fused layout) and a
+// router config asking for more experts than there are fail at load, naming what is wrong.
+TEST(HybridModelLoad, ExpertsDisagreeingWithConfigAreNamed) {
+  HybridSpec moe;
+  moe.family = Family::kQwen3_5Moe;
+  auto expect_error = [](const HybridSpec& spec, const std::vector<std::string>& reshape,
+                         const std::string& needle) {
+    testing::TempDir dir{"vllm_hybrid_experts"};
+    ASSERT_TRUE(HybridCheckpointWriter(spec).write(dir.path(), {}, reshape).is_ok());
+    auto model = load_model(dir.path(), LoadOptions{});
+    ASSERT_FALSE(model.has_value()) << needle;
+    EXPECT_NE(model.status().message().find(needle), std::string::npos)
+        << model.status().message();
+  };
+  HybridSpec more = moe;  // the checkpoint has 7 experts, config.json 6
+  more.checkpoint_experts = 7;
+  expect_error(more, {}, "model.layers.0.mlp.experts.6.gate_proj.weight");
+  HybridSpec fewer = moe;
+  fewer.checkpoint_experts = 5;
+  expect_error(fewer, {}, "model.layers.0.mlp.experts.5.gate_proj.weight");
+  HybridSpec fused_more = more;
+  fused_more.fused_experts = true;
+  expect_error(fused_more, {}, "model.layers.0.mlp.experts.gate_up_proj");
+  expect_error(moe, {"model.layers.1.mlp.experts.3.up_proj.weight"},
+               "model.layers.1.mlp.experts.3.up_proj.weight");
+  HybridSpec fused = moe;
+  fused.fused_experts = true;
+  expect_error(fused, {"model.layers.2.mlp.experts.down_proj"},
+               "model.layers.2.mlp.experts.down_proj");
+  expect_error(moe, {"model.layers.3.mlp.gate.weight"}, "model.layers.3.mlp.gate.weight");
+
+  testing::TempDir dir{"vllm_hybrid_top_k"};
+  ASSERT_TRUE(HybridCheckpointWriter(moe).write(dir.path()).is_ok());
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir.path() / "config.json"));
+  config["num_experts_per_tok"] = 7;
+  std::ofstream(dir.path() / "config.json") << config.dump(2);
+  auto model = load_model(dir.path(), LoadOptions{});
+  ASSERT_FALSE(model.has_value());
+  EXPECT_NE(model.status().message().find("num_experts_per_tok (7) exceeds num_experts (6)"),
+            std::string::npos)
+      << model.status().message();
+}
+
 TEST(HybridModelCache, ShapesAndBadBatches) {
   testing::TempDir dir{"vllm_hybrid_cache"};
   HybridSpec spec;
@@ -275,6 +341,18 @@ TEST(HybridModelCache, ShapesAndBadBatches) {
   EXPECT_NE(out.status().message().find("state_indices[0]"), std::string::npos);
   batch.state_indices = {};
   EXPECT_FALSE(model->forward(batch, cache).has_value());
+
+  // Slot copies: every slot index checked, lists of one length, no copy onto itself.
+  const std::vector<int32_t> one = {1}, two = {2}, pair = {1, 2}, bad = {int32_t{kSlots}};
+  EXPECT_TRUE(copy_state_slots(cache, {}, {}).is_ok());
+  EXPECT_EQ(copy_state_slots(cache, one, pair).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(copy_state_slots(cache, one, bad).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(copy_state_slots(cache, one, one).code(), ErrorCode::kInvalidArgument);
+  cache.ssm_state[1].data<float>()[cache.ssm_state[1].numel() / kSlots + 5] = 7.5f;  // slot 1
+  ASSERT_TRUE(copy_state_slots(cache, one, two).is_ok());
+  EXPECT_EQ(cache.ssm_state[1].data<float>()[2 * cache.ssm_state[1].numel() / kSlots + 5], 7.5f);
+  ModelCache no_gdn;
+  EXPECT_EQ(copy_state_slots(no_gdn, one, two).code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -14,6 +14,21 @@
 
 namespace vllm::cpu {
 
+MoeExpertWeights experts_from_stacked(const Tensor& gate_up, const Tensor& down) {
+  MoeExpertWeights e;
+  if (gate_up.ndim() != 3 || down.ndim() != 3) return e;  // moe_experts names the problem
+  const int64_t experts = gate_up.size(0), inter = gate_up.size(1) / 2;
+  for (int64_t i = 0; i < experts; ++i) {
+    Tensor one = gate_up.slice(0, i, i + 1).view({gate_up.size(1), gate_up.size(2)});
+    e.gate_proj.push_back(one.slice(0, 0, inter));
+    e.up_proj.push_back(one.slice(0, inter, 2 * inter));
+  }
+  for (int64_t i = 0; i < down.size(0); ++i) {
+    e.down_proj.push_back(down.slice(0, i, i + 1).view({down.size(1), down.size(2)}));
+  }
+  return e;
+}
+
 Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& topk_weights,
                  Tensor& topk_ids) {
   constexpr std::string_view kOp = "moe_route";

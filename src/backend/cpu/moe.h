@@ -25,6 +25,10 @@ struct MoeExpertWeights {
   int64_t num_experts() const { return static_cast<int64_t>(gate_proj.size()); }
 };
 
+// Views of each expert's projections in stacked tensors, the layout the models keep:
+// gate_up [E, 2I, H] (expert e's gate rows [0, I), then its up rows) and down [E, H, I].
+MoeExpertWeights experts_from_stacked(const Tensor& gate_up, const Tensor& down);
+
 // router_logits F32 [T, E] -> topk_weights F32 [T, k] and topk_ids I64 [T, k], the k most
 // probable experts of each token in descending probability. renormalize: the k weights are
 // divided by their sum (norm_topk_prob); otherwise they are the softmax probabilities.

@@ -10,8 +10,10 @@
 namespace vllm::cuda {
 
 // kv_cache [num_blocks, 2, block_size, Hk, D] (0 = key, 1 = value), contiguous, in the
-// activation dtype; key, value [T, Hk * D] (row strides allowed: slices of a fused qkv);
-// slot_mapping I64 [T] on the device: block_id * block_size + offset, negative = skip.
+// activation dtype (F32, BF16 or F16); key, value [T, Hk * D] in that dtype (row strides
+// allowed: slices of a fused qkv) or contiguous [T, Hk, D]; slot_mapping I64 [T] on the
+// device: block_id * block_size + offset, negative = skip. A slot past the cache is skipped
+// too (the CPU op reports it; the device cannot).
 Status reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& kv_cache,
                          const Tensor& slot_mapping, cudaStream_t stream);
 

@@ -48,6 +48,16 @@ Status check_contiguous(std::string_view op, std::string_view arg, const Tensor&
   return Status::ok();
 }
 
+Status check_same_device(std::string_view op, std::string_view arg, const Tensor& t,
+                         const Tensor& like) {
+  VLLM_RETURN_IF_ERROR(check_cuda_tensor(op, arg, t));
+  if (t.device() != like.device()) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: {} is {}, not on {} with the input", op,
+                      arg, t.to_string(), like.device().to_string());
+  }
+  return Status::ok();
+}
+
 Expected<Rows> as_rows(std::string_view op, std::string_view arg, const Tensor& t) {
   if (t.ndim() < 1) {
     return make_error(ErrorCode::kInvalidArgument, "{}: {} is a scalar", op, arg);
@@ -86,6 +96,16 @@ Expected<Rows> as_rows(std::string_view op, std::string_view arg, const Tensor& 
 
 bool is_aligned(const void* ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
+bool rows_aligned(const Rows& r, size_t element_size, size_t bytes) {
+  if (!is_aligned(r.data, bytes)) return false;
+  return r.rows <= 1 || (static_cast<size_t>(r.row_stride) * element_size) % bytes == 0;
+}
+
+Status check_param(std::string_view op, std::string_view arg, const Tensor& t) {
+  VLLM_RETURN_IF_ERROR(check_cuda_tensor(op, arg, t, {DType::kF32, DType::kBF16, DType::kF16}));
+  return check_contiguous(op, arg, t);
 }
 
 }  // namespace vllm::cuda::detail

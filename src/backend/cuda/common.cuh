@@ -17,6 +17,8 @@
 namespace vllm::cuda::detail {
 
 constexpr int kWarpSize = 32;
+// gridDim.y and gridDim.z are at most 65535; kernels that put rows there loop past it.
+constexpr int kMaxGridY = 65535;
 
 // ---- Device helpers ----------------------------------------------------------------------
 
@@ -88,7 +90,76 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return v;
 }
 
+// ---- 16-byte accesses and asynchronous copies into shared memory -------------------------
+
+// The 16 bytes at `p` (16-byte aligned) as floats: 4 F32 or 8 BF16 values.
+__device__ __forceinline__ void load16_as_float(const float* p, float* out) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
+}
+__device__ __forceinline__ void load16_as_float(const __nv_bfloat16* p, float* out) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // element 2i is the low half of word i
+    out[2 * i] = __uint_as_float(words[i] << 16);
+    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// Copies 16 bytes from global `src` to shared `dst` (both 16-byte aligned) without staging
+// them in registers (sm_80+; a plain copy on older GPUs). src_bytes 0: reads nothing and
+// zero-fills dst (src must still be a valid address value). Completes at cp_async_wait_all.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto dst_addr = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_addr), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+#else
+  *reinterpret_cast<uint4*>(dst) =
+      src_bytes == 16 ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+// Ends the group of cp_async_16 calls issued so far by this thread.
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until this thread's copies have landed; other threads see them after a barrier.
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A small parameter vector (conv taps, per-head constants, norm weights) whose dtype is
+// known only at run time: F32, BF16 or F16. Kernels read such vectors a few times per
+// thread, so one switch per load costs less than a template instantiation per dtype.
+struct ParamVec {
+  const void* data = nullptr;  // nullptr: every element reads as 0 (an absent bias)
+  DType dtype = DType::kF32;
+};
+
+__device__ __forceinline__ float load_param(const ParamVec& p, int64_t i) {
+  if (p.data == nullptr) return 0.0f;
+  switch (p.dtype) {
+    case DType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p.data)[i]);
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(p.data)[i]);
+    default:
+      return static_cast<const float*>(p.data)[i];
+  }
+}
 
 // ---- Host-side checks (messages name the op and the argument) --------------------------
 
@@ -102,6 +173,9 @@ Status check_same_dtype(std::string_view op, std::string_view arg, const Tensor&
                         const Tensor& like);
 // Fully contiguous.
 Status check_contiguous(std::string_view op, std::string_view arg, const Tensor& t);
+// check_cuda_tensor + on the same device as `like` (the op's first operand).
+Status check_same_device(std::string_view op, std::string_view arg, const Tensor& t,
+                         const Tensor& like);
 
 // A matrix view of a 1-D or 2-D-like tensor whose dims after the first are contiguous:
 // row r starts at data + r * row_stride elements (a column slice of a wider tensor is fine).
@@ -114,5 +188,13 @@ struct Rows {
 Expected<Rows> as_rows(std::string_view op, std::string_view arg, const Tensor& t);
 
 bool is_aligned(const void* ptr, size_t bytes);
+// Every row of `r` (elements of `element_size` bytes) starts on a `bytes` boundary.
+bool rows_aligned(const Rows& r, size_t element_size, size_t bytes);
+
+// check_cuda_tensor + dtype F32/BF16/F16 + contiguous: a ParamVec's tensor.
+Status check_param(std::string_view op, std::string_view arg, const Tensor& t);
+inline ParamVec as_param(const Tensor& t) {
+  return t.defined() ? ParamVec{t.data_ptr(), t.dtype()} : ParamVec{};
+}
 
 }  // namespace vllm::cuda::detail

@@ -41,21 +41,25 @@ Status sigmoid_gate_mul(Tensor& x, const Tensor& gate, cudaStream_t stream);
 // out, x [T, H]; gate [T, 1] (or [T]).
 Status add_sigmoid_gated(Tensor& out, const Tensor& x, const Tensor& gate, cudaStream_t stream);
 
-// out[i, :] = x[rows[i], :]. x [T, H]; rows I64 [N] on the device, each in [0, T);
-// out [N, H] (F32 or x's dtype: the gather may widen BF16 to F32).
+// out[i, :] = x[rows[i], :]. x [T, H]; rows I64 [N] on the device, each in [0, T) (a row
+// outside it is written as zeros, as in embedding); out [N, H] (F32 or x's dtype: the gather
+// may widen BF16 to F32).
 Status gather_rows(const Tensor& x, const Tensor& rows, Tensor& out, cudaStream_t stream);
 
-// For each slot s in `slots` (I32 [N] on the device; negative entries skipped), zeroes
-// state[s, ...]. state [num_slots, ...] F32, contiguous. Resets the GDN conv and recurrent
-// state of requests that start at position 0.
+// For each slot s in `slots` (I32 or I64 [N] on the device; entries outside
+// [0, num_slots), e.g. -1 padding, skipped), zeroes state[s, ...]. state [num_slots, ...]
+// F32 (also BF16/F16), contiguous. Resets the GDN conv and recurrent state of requests that
+// start at position 0.
 Status zero_slots(Tensor& state, const Tensor& slots, cudaStream_t stream);
 
 // Converts a contiguous tensor between F32, BF16 and F16 (same element count), e.g. a
 // checkpoint's F32 weight into the model's BF16. Round to nearest even.
 Status convert(const Tensor& src, Tensor& dst, cudaStream_t stream);
 
-// Fills a F32 or BF16 tensor with uniform random values in [low, high) from a counter-based
-// generator: element i depends only on (seed, i). --load-format dummy weights on the device.
+// Fills a contiguous F32, BF16 or F16 tensor with uniform random values in [low, high) from
+// a counter-based generator: element i is vllm::counter_uniform(seed, i, low, high)
+// (base/counter_rng.h) rounded to the dtype, so host code can reproduce it exactly.
+// --load-format dummy weights on the device.
 Status fill_uniform(Tensor& t, float low, float high, uint64_t seed, cudaStream_t stream);
 
 }  // namespace vllm::cuda

@@ -6,6 +6,13 @@
 // state_indices[r]. The conv and recurrent states are F32; activations F32 or BF16; g and
 // beta F32. Each op reads the slot as left by the request's previous tokens and writes it
 // back, so a prefill in chunks equals one call. Slots of one batch are distinct.
+//
+// The batch's values stay on the device and are not validated by the host. A request whose
+// slot is outside [0, num_slots) -- padding rows use -1 -- reads and writes no state and gets
+// zero outputs; row bounds outside [0, T] are clamped. No batch value makes a kernel access
+// memory out of bounds. Outputs and states must not share memory with the inputs (refused),
+// except where an op says out may be x itself. Implementations: gdn_conv.cu, gdn_rule.cu,
+// gdn.cu (the rest).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -42,6 +49,7 @@ struct GatedDeltaRuleParams {
 // The gated delta rule, token by token per request (cpu::gated_delta_rule).
 // q, k [T, Hk * Dk]; v [T, Hv * Dv] (row strides allowed); g, beta F32 [T, Hv];
 // state F32 [num_slots, Hv, Dk, Dv] updated in place; out [T, Hv * Dv] in q's dtype.
+// Dk is 1 .. 256 (larger is refused: the state column lives in registers), Dv any size.
 Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, const GdnBatch& batch,
                         const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string_view>
+#include <type_traits>
 
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/runtime.h"
@@ -59,11 +61,13 @@ struct alignas(sizeof(T) * N) Pack {
 
 // ---- Kernel ---------------------------------------------------------------------------
 
-template <typename T, typename W>
+// R: the residual's element type (the fused op): T, or float to keep the residual stream
+// in f32 under BF16 activations.
+template <typename T, typename W, typename R = T>
 struct NormParams {
   const T* x;       // [rows, hidden], row stride x_stride
   T* out;           // [rows, hidden], row stride out_stride (the fused op: out == x)
-  T* residual;      // fused op only: [rows, hidden], row stride residual_stride
+  R* residual;      // fused op only: [rows, hidden], row stride residual_stride
   const W* weight;  // [hidden]
   int64_t x_stride;
   int64_t out_stride;
@@ -100,33 +104,40 @@ __device__ float block_sum(float v) {
 
 // kVec: elements per access (1 = element-wise). kCache: vectors per thread kept in
 // registers (0 = read the row again for the scaling pass). kFused: residual += x first, and
-// normalise the sum.
+// normalise the sum (as stored in the residual's type R).
 // __launch_bounds__ keeps every launch the launcher makes within the register file.
-template <typename T, typename W, int kVec, int kCache, bool kFused>
+template <typename T, typename W, typename R, int kVec, int kCache, bool kFused>
 __global__ void __launch_bounds__(kCache > 0 ? kMaxCachedThreads : kMaxThreads)
-    rms_norm_kernel(NormParams<T, W> p) {
+    rms_norm_kernel(NormParams<T, W, R> p) {
   using TPack = Pack<T, kVec>;
   using WPack = Pack<W, kVec>;
+  // The value normalised: x itself, or the residual sum in the residual's type.
+  using V = std::conditional_t<kFused, R, T>;
+  using VPack = Pack<V, kVec>;
+  using RPack = Pack<R, kVec>;
   const int64_t row = blockIdx.x;
   const auto* x = reinterpret_cast<const TPack*>(p.x + row * p.x_stride);
   auto* out = reinterpret_cast<TPack*>(p.out + row * p.out_stride);
-  TPack* residual = nullptr;
-  if constexpr (kFused) residual = reinterpret_cast<TPack*>(p.residual + row * p.residual_stride);
+  RPack* residual = nullptr;
+  if constexpr (kFused) residual = reinterpret_cast<RPack*>(p.residual + row * p.residual_stride);
   const auto* weight = reinterpret_cast<const WPack*>(p.weight);
   const int num_vecs = p.hidden / kVec;
 
   // The value to normalise at vector i; the fused op also stores it into residual.
   auto load = [&](int i) {
-    TPack v = x[i];
+    const TPack xv = x[i];
+    VPack v;
     if constexpr (kFused) {
-      const TPack r = residual[i];
+      const RPack r = residual[i];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) v.v[k] = from_float<T>(to_float(v.v[k]) + to_float(r.v[k]));
+      for (int k = 0; k < kVec; ++k) v.v[k] = from_float<R>(to_float(xv.v[k]) + to_float(r.v[k]));
       residual[i] = v;
+    } else {
+      v = xv;
     }
     return v;
   };
-  auto sum_squares = [](const TPack& v) {
+  auto sum_squares = [](const VPack& v) {
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
@@ -135,7 +146,7 @@ __global__ void __launch_bounds__(kCache > 0 ? kMaxCachedThreads : kMaxThreads)
     }
     return s;
   };
-  auto scale = [&](const TPack& v, const WPack& w, float inv_rms) {
+  auto scale = [&](const VPack& v, const WPack& w, float inv_rms) {
     TPack o;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
@@ -150,7 +161,7 @@ __global__ void __launch_bounds__(kCache > 0 ? kMaxCachedThreads : kMaxThreads)
   if constexpr (kCache > 0) {
     // Measured on an H200: loading the weights and residuals here as well (all loads before
     // the first store) costs registers and so occupancy: 46 us instead of 38 at [4096, 8192].
-    TPack cache[kCache];
+    VPack cache[kCache];
 #pragma unroll
     for (int j = 0; j < kCache; ++j) {
       const int i = threadIdx.x + j * blockDim.x;
@@ -174,7 +185,12 @@ __global__ void __launch_bounds__(kCache > 0 ? kMaxCachedThreads : kMaxThreads)
     // Each thread re-reads only what it loaded (and, fused, stored) itself: no barrier needed,
     // and out may alias x.
     for (int i = threadIdx.x; i < num_vecs; i += blockDim.x) {
-      const TPack v = kFused ? residual[i] : x[i];
+      VPack v;
+      if constexpr (kFused) {
+        v = residual[i];
+      } else {
+        v = x[i];
+      }
       const WPack w = weight[i];
       out[i] = scale(v, w, inv_rms);
     }
@@ -191,13 +207,17 @@ bool aligned(const void* ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
-template <typename T, typename W, bool kFused>
-Status launch_rms_norm(const NormParams<T, W>& p, int64_t rows, int num_sms, cudaStream_t stream) {
+template <typename T, typename W, typename R, bool kFused>
+Status launch_rms_norm(const NormParams<T, W, R>& p, int64_t rows, int num_sms,
+                       cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   bool vectorised = p.hidden % kVec == 0 && aligned(p.x, 16) && aligned(p.out, 16) &&
                     p.x_stride % kVec == 0 && p.out_stride % kVec == 0 &&
                     aligned(p.weight, sizeof(W) * kVec);
-  if (kFused) vectorised = vectorised && aligned(p.residual, 16) && p.residual_stride % kVec == 0;
+  if (kFused) {
+    vectorised = vectorised && aligned(p.residual, sizeof(R) * kVec) &&
+                 p.residual_stride % kVec == 0;
+  }
   const dim3 grid(static_cast<unsigned>(rows));
 
   if (vectorised) {
@@ -211,13 +231,13 @@ Status launch_rms_norm(const NormParams<T, W>& p, int64_t rows, int num_sms, cud
       threads = std::max(threads, round_up_to_warp(std::min(num_vecs, 256)));
     }
     if (threads <= kMaxCachedThreads) {
-      rms_norm_kernel<T, W, kVec, kCacheVecs, kFused><<<grid, threads, 0, stream>>>(p);
+      rms_norm_kernel<T, W, R, kVec, kCacheVecs, kFused><<<grid, threads, 0, stream>>>(p);
     } else {
-      rms_norm_kernel<T, W, kVec, 0, kFused><<<grid, kMaxThreads, 0, stream>>>(p);
+      rms_norm_kernel<T, W, R, kVec, 0, kFused><<<grid, kMaxThreads, 0, stream>>>(p);
     }
   } else {
     const int threads = std::min(kMaxThreads, round_up_to_warp(p.hidden));
-    rms_norm_kernel<T, W, 1, 0, kFused><<<grid, threads, 0, stream>>>(p);
+    rms_norm_kernel<T, W, R, 1, 0, kFused><<<grid, threads, 0, stream>>>(p);
   }
   return check_launch(kFused ? "fused_add_rms_norm_kernel" : "rms_norm_kernel");
 }
@@ -279,9 +299,13 @@ Status check_norm_args(const Tensor& x, const Tensor& weight, const Tensor& othe
     return make_error(ErrorCode::kUnsupported, "cuda::{}: x {} must be F32 or BF16", op,
                       x.to_string());
   }
-  if (other.dtype() != x.dtype()) {
-    return make_error(ErrorCode::kInvalidArgument, "cuda::{}: {} {} must have x's dtype {}", op,
-                      other_name, other.to_string(), dtype_name(x.dtype()));
+  const bool f32_residual = std::string_view(other_name) == "residual" &&
+                            x.dtype() == DType::kBF16 && other.dtype() == DType::kF32;
+  if (other.dtype() != x.dtype() && !f32_residual) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cuda::{}: {} {} must have x's dtype {}{}", op, other_name,
+                      other.to_string(), dtype_name(x.dtype()),
+                      std::string_view(other_name) == "residual" ? " (or F32)" : "");
   }
   if (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16 &&
       weight.dtype() != DType::kF16) {
@@ -308,17 +332,17 @@ Status check_norm_args(const Tensor& x, const Tensor& weight, const Tensor& othe
   return Status::ok();
 }
 
-template <typename T, bool kFused>
+template <typename T, typename R, bool kFused>
 Status dispatch_weight(const Tensor& x, const Tensor& weight, Tensor& out, Tensor* residual,
                        const RowLayout& x_rows, const RowLayout& out_rows,
                        const RowLayout& residual_rows, float eps, bool unit_offset, int num_sms,
                        cudaStream_t stream) {
   auto run = [&](auto weight_tag) {
     using W = decltype(weight_tag);
-    NormParams<T, W> p{};
+    NormParams<T, W, R> p{};
     p.x = static_cast<const T*>(x.data_ptr());
     p.out = static_cast<T*>(out.data_ptr());
-    p.residual = residual != nullptr ? static_cast<T*>(residual->data_ptr()) : nullptr;
+    p.residual = residual != nullptr ? static_cast<R*>(residual->data_ptr()) : nullptr;
     p.weight = static_cast<const W*>(weight.data_ptr());
     p.x_stride = x_rows.stride;
     p.out_stride = out_rows.stride;
@@ -326,7 +350,7 @@ Status dispatch_weight(const Tensor& x, const Tensor& weight, Tensor& out, Tenso
     p.hidden = static_cast<int>(x.size(-1));
     p.eps = eps;
     p.unit_offset = unit_offset;
-    return launch_rms_norm<T, W, kFused>(p, x_rows.rows, num_sms, stream);
+    return launch_rms_norm<T, W, R, kFused>(p, x_rows.rows, num_sms, stream);
   };
   switch (weight.dtype()) {
     case DType::kF32:
@@ -358,11 +382,17 @@ Status dispatch(const Tensor& x, const Tensor& weight, Tensor& out, Tensor* resi
   VLLM_RETURN_IF_ERROR(guard.status());
   const int num_sms = multiprocessor_count(x.device().index);
   if (x.dtype() == DType::kF32) {
-    return dispatch_weight<float, kFused>(x, weight, out, residual, x_rows, out_rows, residual_rows,
-                                          eps, unit_offset, num_sms, stream);
+    return dispatch_weight<float, float, kFused>(x, weight, out, residual, x_rows, out_rows,
+                                                 residual_rows, eps, unit_offset, num_sms, stream);
   }
-  return dispatch_weight<__nv_bfloat16, kFused>(x, weight, out, residual, x_rows, out_rows,
-                                                residual_rows, eps, unit_offset, num_sms, stream);
+  if (kFused && residual->dtype() == DType::kF32) {
+    return dispatch_weight<__nv_bfloat16, float, kFused>(x, weight, out, residual, x_rows, out_rows,
+                                                         residual_rows, eps, unit_offset, num_sms,
+                                                         stream);
+  }
+  return dispatch_weight<__nv_bfloat16, __nv_bfloat16, kFused>(
+      x, weight, out, residual, x_rows, out_rows, residual_rows, eps, unit_offset, num_sms,
+      stream);
 }
 
 }  // namespace

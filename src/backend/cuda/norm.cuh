@@ -22,9 +22,10 @@ namespace vllm::cuda {
 Status rms_norm(const Tensor& x, const Tensor& weight, float eps, bool unit_offset, Tensor& out,
                 cudaStream_t stream = nullptr);
 
-// vLLM's fused_add_rms_norm, in place: residual += x; x = rms_norm(residual). In BF16 the
-// sum is rounded to BF16 when stored into residual, and the norm is taken of that stored
-// value (what an unfused "residual = x + residual; x = norm(residual)" computes).
+// vLLM's fused_add_rms_norm, in place: residual += x; x = rms_norm(residual). The sum is
+// rounded to the residual's dtype when stored, and the norm is taken of that stored value
+// (what an unfused "residual = x + residual; x = norm(residual)" computes). The residual may
+// be F32 under BF16 x: the residual stream then keeps f32 precision between layers.
 // x, residual [T, H]; weight [H].
 Status fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& weight, float eps,
                           bool unit_offset, cudaStream_t stream = nullptr);

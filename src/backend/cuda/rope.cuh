@@ -20,11 +20,14 @@ struct RopeParams {
   bool norm_unit_offset = false;
 };
 
-// In place on query [T, Hq * D] and key [T, Hk * D] (row strides allowed; key may be
-// undefined). positions I64 [T] on the device; cos_sin_cache F32 [max_position, rot_dim]
-// (cos in the first rot_dim / 2 columns, sin in the rest). The first rot_dim dims of each
-// head rotate, the rest pass through. A position outside the cache leaves its row unrotated
-// (the engine keeps positions below max_model_len).
+// In place on query [T, Hq * D] and key [T, Hk * D] (row strides allowed, or contiguous
+// [T, H, D]; key may be undefined). positions I64 (or I32) [T] on the device; cos_sin_cache
+// F32 [max_position, rot_dim] (cos in the first rot_dim / 2 columns, sin in the rest). Each
+// head is first normalised over all D dims when its norm weight is given (the result equals
+// cpu::rms_norm per head, then cpu::rotary_embedding, without rounding in between); then its
+// first rot_dim dims rotate and the rest pass through. A position outside the cache leaves
+// its row unrotated (still normalised) instead of failing: the device cannot report it, and
+// the engine keeps positions below max_model_len. D <= 1024.
 Status rotary_embedding(const Tensor& positions, Tensor& query, Tensor& key,
                         const Tensor& cos_sin_cache, const RopeParams& params,
                         cudaStream_t stream);

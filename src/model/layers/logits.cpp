@@ -1,28 +1,27 @@
 #include "model/layers/logits.h"
 
-#include <algorithm>
-
-#include "backend/cpu/ops.h"
+#include "ops/ops.h"
 
 namespace vllm {
 
-Expected<Tensor> compute_logits(const Tensor& hidden, const std::vector<int64_t>& rows,
+Expected<Tensor> compute_logits(const ExecContext& ctx, const Tensor& hidden,
+                                const Tensor& residual, const Tensor& rows,
                                 const LogitsHead& head) {
-  const int64_t tokens = hidden.size(0), width = hidden.size(1);
-  const auto count = static_cast<int64_t>(rows.size());
-  Tensor selected = Tensor::empty({count, width}, DType::kF32);
-  for (int64_t r = 0; r < count; ++r) {
-    const int64_t row = rows[static_cast<size_t>(r)];
-    if (row < 0 || row >= tokens) {
-      return make_error(ErrorCode::kOutOfRange, "logits_indices[{}] = {} outside {} tokens", r, row,
-                        tokens);
-    }
-    std::copy_n(hidden.data<float>() + row * width, width, selected.data<float>() + r * width);
+  const int64_t count = rows.size(0), width = hidden.size(1);
+  VLLM_ASSIGN_OR_RETURN(Tensor selected, ctx.act({count, width}));
+  VLLM_ASSIGN_OR_RETURN(Tensor selected_residual, ctx.alloc({count, width}, residual.dtype()));
+  VLLM_RETURN_IF_ERROR(ops::gather_rows(ctx, hidden, rows, selected));
+  VLLM_RETURN_IF_ERROR(ops::gather_rows(ctx, residual, rows, selected_residual));
+  VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, selected, selected_residual, head.final_norm,
+                                               head.eps, head.unit_offset));
+  const Shape shape{count, head.lm_head.size(0)};
+  Tensor logits;
+  if (ctx.device.is_cpu()) {
+    VLLM_ASSIGN_OR_RETURN(logits, Tensor::try_empty(shape, DType::kF32));
+  } else {
+    VLLM_ASSIGN_OR_RETURN(logits, ctx.alloc(shape, DType::kF32));
   }
-  VLLM_RETURN_IF_ERROR(
-      cpu::rms_norm(selected, head.final_norm, head.eps, head.unit_offset, selected));
-  Tensor logits = Tensor::empty({count, head.lm_head.size(0)}, DType::kF32);
-  VLLM_RETURN_IF_ERROR(cpu::linear(selected, head.lm_head, Tensor(), logits));
+  VLLM_RETURN_IF_ERROR(ops::linear(ctx, selected, head.lm_head, Tensor(), logits));
   return logits;
 }
 

@@ -2,10 +2,8 @@
 // RMSNorm, project with lm_head. Only the gathered rows pay for the vocab-sized matmul.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include "base/status.h"
+#include "ops/exec_context.h"
 #include "tensor/tensor.h"
 
 namespace vllm {
@@ -17,8 +15,13 @@ struct LogitsHead {
   Tensor lm_head;            // [vocab, hidden]
 };
 
-// hidden F32 [T, H] -> logits F32 [rows.size(), vocab]; a row outside [0, T) is kOutOfRange.
-Expected<Tensor> compute_logits(const Tensor& hidden, const std::vector<int64_t>& rows,
+// The last layer's output `hidden` [T, H] (activation dtype) still to be added to the F32
+// residual stream `residual` [T, H]; rows I64 [N] on ctx.device -> logits F32 [N, vocab] on
+// ctx.device: only the gathered rows are added, normalised and projected. On the CPU the
+// logits are a fresh tensor the caller owns; on CUDA they come from the workspace (valid
+// until it is reset).
+Expected<Tensor> compute_logits(const ExecContext& ctx, const Tensor& hidden,
+                                const Tensor& residual, const Tensor& rows,
                                 const LogitsHead& head);
 
 }  // namespace vllm

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "model/decoder.h"
+
 namespace vllm {
 
 const ModelRegistry& model_registry() {
@@ -27,9 +29,16 @@ Expected<std::unique_ptr<Model>> create_model(const ModelConfig& config, WeightS
 }
 
 Expected<std::unique_ptr<Model>> load_model(const std::filesystem::path& model_dir,
-                                            const LoadOptions& options) {
+                                            const LoadOptions& given) {
   VLLM_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(model_dir));
+  LoadOptions options = given;
   auto build = [&]() -> Expected<std::unique_ptr<Model>> {
+    VLLM_ASSIGN_OR_RETURN(options.runtime, runtime_for(options));
+    if (options.load_format == "dummy" && options.device.is_cuda()) {
+      // Made on the device directly, in the activation dtype.
+      DummyWeights weights(options.runtime->context());
+      return create_model(config, weights, options);
+    }
     if (options.load_format == "dummy") {
       // The checkpoint's own 16-bit dtype where config.json names one, else f32.
       const DType dtype = config.dtype == "bfloat16"  ? DType::kBF16

@@ -1,0 +1,148 @@
+// Device pieces every paged-attention kernel shares (attention_tiled.cuh,
+// attention_mma.cuh, attention_combine.cuh): the block shape constants, a request's bounds as
+// the kernels trust them, row addressing, small-group reductions, and the cp.async loader of
+// one K/V tile through the block table.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/attention_plan.h"
+#include "backend/cuda/common.cuh"
+
+namespace vllm::cuda::detail {
+
+constexpr int kAttnThreads = 128;  // 4 warps: enough to share a tile's loads, few barriers' cost
+constexpr int kAttnStages = 2;     // double buffering hides one tile's load behind the last
+
+template <int A, int B>
+constexpr int const_min() {
+  return A < B ? A : B;
+}
+
+// One request's bounds as the kernels see them. `valid`: within the host-given bounds (the
+// grid covers it and its block table holds its context); `in_range`: its query rows lie in
+// [0, T), so they may be written (NaN) even when it is not valid.
+struct RequestView {
+  int32_t q_begin = 0;
+  int32_t q_len = 0;
+  int32_t seq_len = 0;
+  bool valid = false;
+  bool in_range = false;
+};
+
+__device__ __forceinline__ RequestView load_request(const AttentionArgs& a, int r) {
+  RequestView v;
+  const int64_t begin = a.query_start_loc[r];
+  const int64_t end = a.query_start_loc[r + 1];
+  const int64_t seq_len = a.seq_lens[r];
+  v.in_range = begin >= 0 && end >= begin && end <= a.num_tokens;
+  v.valid = v.in_range && end - begin <= a.max_query_len && seq_len >= end - begin &&
+            seq_len <= a.max_seq_len;
+  if (v.in_range) {
+    v.q_begin = static_cast<int32_t>(begin);
+    v.q_len = static_cast<int32_t>(end - begin);
+    v.seq_len = static_cast<int32_t>(seq_len > 0 ? seq_len : 0);
+  }
+  return v;
+}
+
+// Chunks a (small) request of seq_len keys uses under the split plan.
+__device__ __forceinline__ int chunks_of(int32_t seq_len, int32_t chunk) {
+  return static_cast<int>((static_cast<int64_t>(seq_len) + chunk - 1) / chunk);
+}
+
+// Offset of (token row t, query head h) in a [T, Hq * D] tensor with the given row stride.
+template <int D>
+__device__ __forceinline__ int64_t row_offset(int64_t stride, int64_t t, int h) {
+  return t * stride + static_cast<int64_t>(h) * D;
+}
+
+// Max / sum over the kGroup consecutive lanes that share a value's row (kGroup a power of
+// two dividing 32). Every lane of the warp must call it.
+template <int kGroup>
+__device__ __forceinline__ float group_max(float v) {
+#pragma unroll
+  for (int offset = kGroup / 2; offset > 0; offset >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+template <int kGroup>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int offset = kGroup / 2; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+template <typename T, int kVec>
+__device__ __forceinline__ void store_vec(T* dst, const float* v) {
+  Pack<T, kVec> p;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) p.v[e] = from_float<T>(v[e]);
+  *reinterpret_cast<Pack<T, kVec>*>(dst) = p;
+}
+
+// Writes NaN into every output row of a request that breaks the host-given bounds (kv head
+// kh's query heads), so the caller's mistake shows instead of reading out of bounds.
+template <typename T, int D>
+__device__ void fill_nan_rows(const AttentionArgs& a, const RequestView& req, int kh) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  float nan_vec[kVec];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) nan_vec[e] = __int_as_float(0x7fc00000);
+  T* out = static_cast<T*>(a.out);
+  const int64_t vecs = static_cast<int64_t>(req.q_len) * a.group * (D / kVec);
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
+    const int64_t row = i / (D / kVec);
+    const int c = static_cast<int>(i % (D / kVec));
+    const int64_t t = req.q_begin + row / a.group;
+    const int h = kh * a.group + static_cast<int>(row % a.group);
+    store_vec<T, kVec>(out + row_offset<D>(a.out_stride, t, h) + c * kVec, nan_vec);
+  }
+}
+
+// Issues the cp.async copies of keys [k0, k0 + kKeys) of kv head kh into one stage (K tile,
+// then V tile). Keys at or past k_end are zero-filled without reading. A block id outside
+// [0, num_blocks) is not read either; it sets `bad`, which turns the block's output to NaN.
+// Tile: kKeys keys per tile, rows of kKvStride elements, the V tile kKvTileElems after K.
+template <typename T, int D, typename Tile>
+__device__ __forceinline__ void load_kv_tile(const AttentionArgs& a, const int32_t* table, int kh,
+                                             int k0, int k_end, T* k_dst, bool& bad) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+  constexpr int kChunks = D / kVec;  // 16-byte chunks per key row
+  const T* cache = static_cast<const T*>(a.kv_cache);
+  const int64_t row_elems = static_cast<int64_t>(a.num_kv_heads) * D;
+  const int block_size = 1 << a.block_size_log2;
+  T* v_dst = k_dst + Tile::kKvTileElems;
+  static_assert(Tile::kKeys * kChunks % kAttnThreads == 0);
+#pragma unroll
+  for (int iter = 0; iter < Tile::kKeys * kChunks / kAttnThreads; ++iter) {
+    const int c = static_cast<int>(threadIdx.x) + iter * kAttnThreads;
+    const int key = c / kChunks;
+    const int col = c % kChunks;
+    const int j = k0 + key;
+    const T* k_src = cache;
+    int bytes = 0;
+    if (j < k_end) {
+      const int32_t block = table[j >> a.block_size_log2];
+      if (block >= 0 && block < a.num_blocks) {
+        const int64_t slot = static_cast<int64_t>(block) * 2 * block_size + (j & (block_size - 1));
+        k_src = cache + slot * row_elems + static_cast<int64_t>(kh) * D + col * kVec;
+        bytes = 16;
+      } else {
+        bad = true;
+      }
+    }
+    const T* v_src = bytes != 0 ? k_src + block_size * row_elems : cache;
+    const int dst = key * Tile::kKvStride + col * kVec;
+    cp_async_16(k_dst + dst, k_src, bytes);
+    cp_async_16(v_dst + dst, v_src, bytes);
+  }
+}
+
+}  // namespace vllm::cuda::detail

@@ -1,0 +1,402 @@
+// The gated delta rule on the GPU (gdn.cuh; the semantics of cpu::gated_delta_rule), in its
+// token-by-token recurrent form: one kernel for decode and prefill. (The chunked tensor-core
+// form for long prefills is a later kernel.)
+//
+// Per (request r, value head h) the state S is Dk x Dv f32 (64 KB at 128 x 128) and each
+// token t does, with k and q of key head h / (Hv / Hk) L2-normalised (q also scaled):
+//   S *= exp(g);  mem = S^T k;  delta = beta (v - mem);  S += k delta^T;  out = S^T q.
+// Column j of S depends only on column j, on k and q, and on v[j]: columns never talk.
+//
+// Mapping. Each warp owns kColsPerWarp = 8 columns of one (request, head), split over
+// kRowGroups = 4 lanes per column: lane = row_group * 8 + column, and row group g holds rows
+// [g * C/4, (g + 1) * C/4) of its column in registers, where C is the kernel's key-dim
+// capacity (32 floats per lane at C = 128). The column sums mem and out are per-lane partial
+// sums over the lane's rows, completed by two xor shuffles across the row groups (lanes 8
+// and 16 apart), after which the four lanes of a column hold the same bits and so apply the
+// same delta.
+//   - The state is read once before the token loop and written once after it; the loop
+//     itself touches only q, k, v, g, beta and out.
+//   - Warps are independent (a block is just kWarpsPerBlock of them): no block barriers, so
+//     warps of different heads and requests interleave freely on an SM. Decode of Qwen3.5-4B
+//     (Hv = 32, Dv = 128) at batch 1 is 512 warps, ~4 per SM of an H200.
+//   - k and q of the current token sit in the warp's shared memory, normalised once per
+//     token: lane l loads elements l, l + 32, ... (coalesced), one warp_sum each gives the
+//     norms, and the lane stores the normalised values. A lane then reads its C/4 rows of
+//     k/q as float4s; the 8 lanes of one row group read the same address (a broadcast).
+//   - Double buffering: while token t is computed from buffer t % 2, the loads of token t + 1
+//     (q, k, v, g, beta) are already in flight in registers; after the compute they are
+//     normalised into buffer (t + 1) % 2. One __syncwarp per token then orders those stores
+//     before the next token's reads, and every lane's reads of token t - 1's buffer (the one
+//     being overwritten) before them.
+// Key dims. The capacity C is a template parameter (32, 64, 128 or 256) so the state stays in
+// registers; Dk is any size up to C, the kernel for the smallest C >= Dk runs it, and larger
+// Dk are refused. Rows Dk .. C - 1 are zeros in the registers and in the staged k and q, so
+// they add exact zeros to every sum and never change; only the state load and store and the
+// k/q loads are masked, the token loop's arithmetic is the same as at Dk = C (Qwen's 128).
+// Dv is any size (the columns past Dv are idle lanes that still take part in the shuffles).
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/gdn.cuh"
+#include "backend/cuda/gdn_batch.cuh"
+#include "backend/cuda/runtime.h"
+
+namespace vllm::cuda {
+namespace {
+
+using detail::from_float;
+using detail::GdnBatchView;
+using detail::kWarpSize;
+using detail::to_float;
+
+constexpr int kRowGroups = 4;                         // lanes per state column
+constexpr int kColsPerWarp = kWarpSize / kRowGroups;  // 8
+constexpr int kWarpsPerBlock = 4;
+constexpr unsigned kFullMask = 0xffffffffu;
+// The largest key-dim capacity: 64 state floats per lane, still without register spills.
+constexpr int kMaxKeyDim = 256;
+
+// The smallest Dk that dispatch_rule gives the kernel of capacity kCap (the capacities double
+// from 32): the kernel loads k/q elements below it unmasked.
+template <int kCap>
+constexpr int min_key_dim() {
+  return kCap == 32 ? 1 : kCap / 2 + 1;
+}
+
+template <typename T>
+struct RuleParams {
+  const T* q;         // [T, Hk * Dk], row stride q_stride
+  const T* k;         // [T, Hk * Dk]
+  const T* v;         // [T, Hv * Dv]
+  const float* g;     // [T, Hv]
+  const float* beta;  // [T, Hv]
+  T* out;             // [T, Hv * Dv]
+  float* state;       // [num_slots, Hv, Dk, Dv]
+  GdnBatchView batch;
+  int64_t q_stride, k_stride, v_stride, g_stride, beta_stride, out_stride;
+  int value_heads;
+  int group;  // value heads per key head
+  int dk;     // 1 .. the kernel's capacity
+  int dv;
+  int col_tiles;  // ceil(dv / kColsPerWarp)
+  float scale;
+  float l2norm_eps;
+  bool use_l2norm;
+};
+
+// kCap: the key-dim capacity C (see the top of the file); p.dk <= kCap.
+template <typename T, int kCap>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
+    gated_delta_rule_kernel(RuleParams<T> p) {
+  constexpr int kRows = kCap / kRowGroups;    // state rows per lane
+  constexpr int kPerLane = kCap / kWarpSize;  // k / q elements each lane stages
+  static_assert(kRows % 4 == 0 && kPerLane >= 1, "rows are read as float4");
+  constexpr int kMinDk = min_key_dim<kCap>();
+  // [warp][buffer][k, q][C]; elements Dk .. C - 1 stay zero.
+  __shared__ __align__(16) float stage[kWarpsPerBlock][2][2][kCap];
+
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  const int64_t items_per_request = static_cast<int64_t>(p.value_heads) * p.col_tiles;
+  // Every early return below is uniform across the warp (it depends on the item only), so
+  // the full-mask shuffles and __syncwarp see all 32 lanes.
+  if (item >= items_per_request * p.batch.num_requests) return;
+  const int request = static_cast<int>(item / items_per_request);
+  const int head = static_cast<int>(item / p.col_tiles % p.value_heads);
+  const int tile = static_cast<int>(item % p.col_tiles);
+  const int key_head = head / p.group;
+  const int row_group = lane / kColsPerWarp;
+  const int col = tile * kColsPerWarp + lane % kColsPerWarp;
+  const bool col_ok = col < p.dv;
+  const bool writes_out = col_ok && row_group == 0;
+
+  const detail::RequestRows rows = detail::request_rows(p.batch, request);
+  if (rows.begin == rows.end) return;
+  const int64_t out_col = static_cast<int64_t>(head) * p.dv + col;
+  if (rows.slot < 0) {  // padding: no state, zero outputs
+    if (writes_out) {
+      for (int t = rows.begin; t < rows.end; ++t)
+        p.out[t * p.out_stride + out_col] = from_float<T>(0.0f);
+    }
+    return;
+  }
+
+  // This lane's rows of its column: state[slot, head, first_row + i, col] for i < own_rows
+  // (fewer than kRows, or none, when Dk < C); the other registers hold zeros.
+  const int first_row = row_group * kRows;
+  const int own_rows = col_ok ? min(max(p.dk - first_row, 0), kRows) : 0;
+  float* state =
+      p.state +
+      ((static_cast<int64_t>(rows.slot) * p.value_heads + head) * p.dk + min(first_row, p.dk)) *
+          p.dv +
+      col;
+  float s[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    s[i] = i < own_rows ? state[static_cast<int64_t>(i) * p.dv] : 0.0f;
+  }
+
+  const int64_t qk_col = static_cast<int64_t>(key_head) * p.dk;
+  // Which of this lane's staged elements e * 32 + lane exist: those below kMinDk always (known
+  // at compile time, so Dk = C has no masked loads in its first half), the rest when < Dk.
+  bool qk_ok[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    qk_ok[e] = (e + 1) * kWarpSize <= kMinDk || e * kWarpSize + lane < p.dk;
+  }
+  const int64_t v_col = col_ok ? out_col : 0;
+  float k_raw[kPerLane], q_raw[kPerLane];
+  float v_next = 0.0f, g_next = 0.0f, beta_next = 0.0f;
+  auto load_token = [&](int t) {
+    const T* kt = p.k + t * p.k_stride + qk_col;
+    const T* qt = p.q + t * p.q_stride + qk_col;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      k_raw[e] = qk_ok[e] ? to_float(kt[e * kWarpSize + lane]) : 0.0f;
+      q_raw[e] = qk_ok[e] ? to_float(qt[e * kWarpSize + lane]) : 0.0f;
+    }
+    v_next = to_float(p.v[t * p.v_stride + v_col]);  // idle lanes read column 0: in bounds
+    g_next = p.g[t * p.g_stride + head];
+    beta_next = p.beta[t * p.beta_stride + head];
+  };
+  // x / sqrt(sum(x^2) + eps) (then q's scale), as the CPU op: (x * inv) * scale.
+  auto stage_token = [&](int buffer) {
+    float k_inv = 1.0f, q_inv = 1.0f;
+    if (p.use_l2norm) {
+      float k_sq = 0.0f, q_sq = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) {
+        k_sq += k_raw[e] * k_raw[e];
+        q_sq += q_raw[e] * q_raw[e];
+      }
+      k_sq = detail::warp_sum(k_sq);
+      q_sq = detail::warp_sum(q_sq);
+      k_inv = 1.0f / sqrtf(k_sq + p.l2norm_eps);
+      q_inv = 1.0f / sqrtf(q_sq + p.l2norm_eps);
+    }
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      stage[warp][buffer][0][e * kWarpSize + lane] = k_raw[e] * k_inv;
+      stage[warp][buffer][1][e * kWarpSize + lane] = (q_raw[e] * q_inv) * p.scale;
+    }
+  };
+
+  load_token(rows.begin);
+  stage_token(0);
+  float v_cur = v_next, g_cur = g_next, beta_cur = beta_next;
+  __syncwarp();
+  int buffer = 0;
+  for (int t = rows.begin; t < rows.end; ++t) {
+    const bool has_next = t + 1 < rows.end;  // uniform across the warp
+    if (has_next) load_token(t + 1);
+    const float4* k4 = reinterpret_cast<const float4*>(&stage[warp][buffer][0][row_group * kRows]);
+    const float4* q4 = reinterpret_cast<const float4*>(&stage[warp][buffer][1][row_group * kRows]);
+
+    // Decay, and this lane's part of mem = S^T k (four independent sums for latency).
+    const float decay = expf(g_cur);
+    float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRows; i += 4) {
+      const float4 kv = k4[i / 4];
+      s[i] *= decay;
+      s[i + 1] *= decay;
+      s[i + 2] *= decay;
+      s[i + 3] *= decay;
+      m0 = fmaf(s[i], kv.x, m0);
+      m1 = fmaf(s[i + 1], kv.y, m1);
+      m2 = fmaf(s[i + 2], kv.z, m2);
+      m3 = fmaf(s[i + 3], kv.w, m3);
+    }
+    float mem = (m0 + m1) + (m2 + m3);
+    mem += __shfl_xor_sync(kFullMask, mem, kColsPerWarp);
+    mem += __shfl_xor_sync(kFullMask, mem, 2 * kColsPerWarp);
+    const float delta = (v_cur - mem) * beta_cur;
+
+    // The rank-1 update, and this lane's part of out = S^T q.
+    float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRows; i += 4) {
+      const float4 kv = k4[i / 4];
+      const float4 qv = q4[i / 4];
+      s[i] = fmaf(kv.x, delta, s[i]);
+      s[i + 1] = fmaf(kv.y, delta, s[i + 1]);
+      s[i + 2] = fmaf(kv.z, delta, s[i + 2]);
+      s[i + 3] = fmaf(kv.w, delta, s[i + 3]);
+      o0 = fmaf(s[i], qv.x, o0);
+      o1 = fmaf(s[i + 1], qv.y, o1);
+      o2 = fmaf(s[i + 2], qv.z, o2);
+      o3 = fmaf(s[i + 3], qv.w, o3);
+    }
+    float o = (o0 + o1) + (o2 + o3);
+    o += __shfl_xor_sync(kFullMask, o, kColsPerWarp);
+    o += __shfl_xor_sync(kFullMask, o, 2 * kColsPerWarp);
+    if (writes_out) p.out[t * p.out_stride + out_col] = from_float<T>(o);
+
+    if (has_next) stage_token(buffer ^ 1);
+    // Orders this token's buffer reads before the next token's stores into it (two tokens
+    // on), and the stores just made before the next token's reads.
+    __syncwarp();
+    buffer ^= 1;
+    v_cur = v_next;
+    g_cur = g_next;
+    beta_cur = beta_next;
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    if (i < own_rows) state[static_cast<int64_t>(i) * p.dv] = s[i];
+  }
+}
+
+template <typename T, int kCap>
+Status launch_rule(const RuleParams<T>& p, cudaStream_t stream) {
+  VLLM_CHECK(p.dk >= min_key_dim<kCap>() && p.dk <= kCap);
+  const int64_t items = static_cast<int64_t>(p.batch.num_requests) * p.value_heads * p.col_tiles;
+  const int64_t blocks = detail::ceil_div(items, kWarpsPerBlock);
+  if (blocks > INT_MAX) {
+    return make_error(ErrorCode::kUnsupported,
+                      "cuda::gated_delta_rule: {} requests x {} heads exceed the grid limit",
+                      p.batch.num_requests, p.value_heads);
+  }
+  gated_delta_rule_kernel<T, kCap>
+      <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarpSize, 0, stream>>>(p);
+  return check_launch("gated_delta_rule_kernel");
+}
+
+// The kernel of the smallest capacity that holds p.dk (1 .. kMaxKeyDim, checked).
+template <typename T>
+Status dispatch_rule(const RuleParams<T>& p, cudaStream_t stream) {
+  if (p.dk <= 32) return launch_rule<T, 32>(p, stream);
+  if (p.dk <= 64) return launch_rule<T, 64>(p, stream);
+  if (p.dk <= 128) return launch_rule<T, 128>(p, stream);
+  static_assert(kMaxKeyDim == 256);
+  return launch_rule<T, 256>(p, stream);
+}
+
+}  // namespace
+
+Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, const GdnBatch& batch,
+                        const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,
+                        cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::gated_delta_rule";
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "q", q, {DType::kF32, DType::kBF16}));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "state", state, {DType::kF32}));
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "state", state, q));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "state", state));
+  if (state.ndim() != 4) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: state {} must be [num_slots, value heads, Dk, Dv]", kOp,
+                      state.to_string());
+  }
+  const int64_t num_slots = state.size(0), hv = state.size(1), dk = state.size(2),
+                dv = state.size(3);
+  if (q.ndim() != 2 || dk == 0 || q.size(1) == 0 || q.size(1) % dk != 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: q {} must be [tokens, key heads * {}] (Dk of state {})", kOp,
+                      q.to_string(), dk, shape_to_string(state.shape()));
+  }
+  const int64_t tokens = q.size(0), hk = q.size(1) / dk;
+  if (hv == 0 || hv % hk != 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: {} value heads (state) are not a multiple of {} key heads (q)", kOp, hv,
+                      hk);
+  }
+  if (dk > kMaxKeyDim) {
+    return make_error(ErrorCode::kUnsupported,
+                      "{}: key head dim {} exceeds the {} this kernel holds in registers", kOp, dk,
+                      kMaxKeyDim);
+  }
+  struct Expect {
+    std::string_view name;
+    const Tensor* t;
+    Shape shape;
+    bool activation;  // q's dtype, else F32
+  };
+  const Expect expects[] = {{"k", &k, q.shape(), true},
+                            {"v", &v, {tokens, hv * dv}, true},
+                            {"g", &g, {tokens, hv}, false},
+                            {"beta", &beta, {tokens, hv}, false},
+                            {"out", &out, {tokens, hv * dv}, true}};
+  for (const Expect& e : expects) {
+    VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, e.name, *e.t));
+    VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, e.name, *e.t, q));
+    if (e.activation) {
+      VLLM_RETURN_IF_ERROR(detail::check_same_dtype(kOp, e.name, *e.t, q));
+    } else {
+      VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, e.name, *e.t, {DType::kF32}));
+    }
+    if (e.t->shape() != e.shape) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: {} {} must be {}", kOp, e.name,
+                        e.t->to_string(), shape_to_string(e.shape));
+    }
+  }
+  VLLM_ASSIGN_OR_RETURN(detail::Rows q_rows, detail::as_rows(kOp, "q", q));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows k_rows, detail::as_rows(kOp, "k", k));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows v_rows, detail::as_rows(kOp, "v", v));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows g_rows, detail::as_rows(kOp, "g", g));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows beta_rows, detail::as_rows(kOp, "beta", beta));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows state_rows, detail::as_rows(kOp, "state", state));
+  // Other warps still read q, k, v, g and beta (and the state) while one writes out.
+  const std::pair<std::string_view, const detail::Rows*> inputs[] = {
+      {"q", &q_rows}, {"k", &k_rows}, {"v", &v_rows}, {"g", &g_rows}, {"beta", &beta_rows}};
+  for (const auto& [name, rows] : inputs) {
+    const size_t size = name == "g" || name == "beta" ? sizeof(float) : q.element_size();
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, "out", out_rows, out.element_size(), name, *rows, size));
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, "state", state_rows, sizeof(float), name, *rows, size));
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "state", state_rows, sizeof(float), "out",
+                                                out_rows, out.element_size()));
+  VLLM_ASSIGN_OR_RETURN(detail::GdnBatchView view,
+                        detail::check_gdn_batch(kOp, batch, q, tokens, num_slots));
+  if (hv > INT_MAX / 2 || dv > INT_MAX / 2) {
+    return make_error(ErrorCode::kUnsupported, "{}: {} value heads of {} values are too many", kOp,
+                      hv, dv);
+  }
+  if (tokens == 0 || dv == 0 || view.num_requests == 0) return Status::ok();
+
+  DeviceGuard guard(q.device());
+  VLLM_RETURN_IF_ERROR(guard.status());
+  const float scale = params.scale != 0.0f
+                          ? params.scale
+                          : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  auto run = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    RuleParams<T> p{};
+    p.q = static_cast<const T*>(q_rows.data);
+    p.k = static_cast<const T*>(k_rows.data);
+    p.v = static_cast<const T*>(v_rows.data);
+    p.g = static_cast<const float*>(g_rows.data);
+    p.beta = static_cast<const float*>(beta_rows.data);
+    p.out = static_cast<T*>(out_rows.data);
+    p.state = state.data<float>();
+    p.batch = view;
+    p.q_stride = q_rows.row_stride;
+    p.k_stride = k_rows.row_stride;
+    p.v_stride = v_rows.row_stride;
+    p.g_stride = g_rows.row_stride;
+    p.beta_stride = beta_rows.row_stride;
+    p.out_stride = out_rows.row_stride;
+    p.value_heads = static_cast<int>(hv);
+    p.group = static_cast<int>(hv / hk);
+    p.dk = static_cast<int>(dk);
+    p.dv = static_cast<int>(dv);
+    p.col_tiles = static_cast<int>(detail::ceil_div(dv, kColsPerWarp));
+    p.scale = scale;
+    p.l2norm_eps = params.l2norm_eps;
+    p.use_l2norm = params.use_qk_l2norm;
+    return dispatch_rule<T>(p, stream);
+  };
+  if (q.dtype() == DType::kF32) return run(float{});
+  return run(__nv_bfloat16{});
+}
+
+}  // namespace vllm::cuda

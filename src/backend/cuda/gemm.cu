@@ -1,0 +1,508 @@
+// linear() and gemv() (gemm.cuh): the op entries' checks, the dispatch by M, cuBLASLt for
+// the larger batches, and the BlasContext that owns the handle, the workspace and the cache of
+// matmul plans.
+//
+// Dispatch. M <= blas.gemv_max_rows() (kGemvCrossoverRows unless a test or timing sets it)
+// runs the batched GEMV of gemv.cu, which reads each weight row once for all rows of x; larger
+// M goes to cuBLASLt. Both take the same operands (strided x and out, bias, F32 logits).
+//
+// Layout. cuBLASLt is column-major. Row-major out[M, N] = x[M, K] @ W[N, K]^T is, read
+// column-major, D[N, M] = op(A)[N, K] * B[K, M] with A = W stored K x N (lda = K, op = T),
+// B = x stored K x M (ldb = x's row stride, op = N) and D = out (ldd = out's row stride), so
+// row-strided x and out (column slices of wider tensors) need no copy.
+//
+// Plan cache. A plan is everything cuBLASLt needs besides the data pointers: the matmul
+// descriptor (compute type, transposes, epilogue), the three matrix layouts and the algorithm
+// the heuristic picked. It is keyed by (M, N, K, ldx, ldo, dtypes, bias dtype, and the
+// alignment of each pointer up to 16 bytes): the heuristic's choice depends on all of them,
+// and cuBLASLt assumes 256-byte aligned pointers unless told otherwise, so the alignments
+// are passed as preferences and must be part of the key. A step's GEMMs therefore query the
+// heuristic only the first time a shape is seen (decode's batch-size ladder and the prefill
+// token budgets repeat); the plans live in an LRU of kMaxPlans entries so a long run of
+// distinct prefill sizes cannot grow it without bound. The bias pointer is set on the cached
+// descriptor at each call (a host-side attribute write).
+//
+// Bias. Through cuBLASLt's BIAS epilogue (added in f32 before the single rounding of D).
+// When the heuristic offers no algorithm for that epilogue with these dtypes (or the matmul
+// then reports it unsupported), the plan is rebuilt without it and a small kernel adds the
+// bias afterwards; that choice is cached with the plan. K = 0 writes the bias (or zeros),
+// as cpu::linear does, without calling cuBLASLt.
+//
+// A BlasContext is used by one host thread and one stream at a time (its workspace and
+// cache are unsynchronised), as the execution context that owns it guarantees.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <unordered_map>
+#include <utility>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/gemm.cuh"
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/runtime.h"
+
+namespace vllm::cuda {
+namespace {
+
+using detail::from_float;
+using detail::Rows;
+using detail::to_float;
+
+constexpr size_t kMaxPlans = 1024;
+constexpr int64_t kIntMax = 0x7fffffff;
+
+Status blas_status(cublasStatus_t status, const char* call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return Status::ok();
+  const ErrorCode code = status == CUBLAS_STATUS_NOT_SUPPORTED  ? ErrorCode::kUnsupported
+                         : status == CUBLAS_STATUS_ALLOC_FAILED ? ErrorCode::kResourceExhausted
+                                                                : ErrorCode::kInternal;
+  return make_error(code, "{}: {}", call, cublasLtGetStatusString(status));
+}
+
+#define VLLM_BLAS_RETURN_IF_ERROR(call) VLLM_RETURN_IF_ERROR(blas_status((call), #call))
+
+// ---- Bias kernel (fallback epilogue, and K = 0) ----------------------------------------
+
+// out[r, c] = (accumulate ? out[r, c] : 0) + (bias ? bias[c] : 0); one thread per column,
+// rows on y (looping past 65535).
+template <typename Out, typename Bias>
+__global__ void bias_kernel(Out* out, int64_t ldo, const Bias* bias, int64_t rows, int64_t cols,
+                            bool accumulate) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const float b = bias != nullptr ? to_float(bias[c]) : 0.0f;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    Out* o = out + r * ldo + c;
+    *o = from_float<Out>((accumulate ? to_float(*o) : 0.0f) + b);
+  }
+}
+
+template <typename Out>
+Status launch_bias(Out* out, int64_t ldo, const void* bias, DType bias_dtype, int64_t rows,
+                   int64_t cols, bool accumulate, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const dim3 grid(static_cast<unsigned>(detail::ceil_div(cols, kThreads)),
+                  static_cast<unsigned>(std::min<int64_t>(rows, detail::kMaxGridY)));
+  if (bias == nullptr || bias_dtype == DType::kF32) {
+    bias_kernel<Out, float><<<grid, kThreads, 0, stream>>>(
+        out, ldo, static_cast<const float*>(bias), rows, cols, accumulate);
+  } else {
+    bias_kernel<Out, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(
+        out, ldo, static_cast<const __nv_bfloat16*>(bias), rows, cols, accumulate);
+  }
+  return check_launch("bias_kernel");
+}
+
+Status add_bias(void* out, DType out_dtype, int64_t ldo, const void* bias, DType bias_dtype,
+                int64_t rows, int64_t cols, bool accumulate, cudaStream_t stream) {
+  if (out_dtype == DType::kF32) {
+    return launch_bias(static_cast<float*>(out), ldo, bias, bias_dtype, rows, cols, accumulate,
+                       stream);
+  }
+  return launch_bias(static_cast<__nv_bfloat16*>(out), ldo, bias, bias_dtype, rows, cols,
+                     accumulate, stream);
+}
+
+// ---- Plans -------------------------------------------------------------------------------
+
+struct PlanKey {
+  int64_t m = 0, n = 0, k = 0, ldx = 0, ldo = 0;
+  DType x_dtype = DType::kF32, out_dtype = DType::kF32;
+  int bias_dtype = -1;  // -1: no bias
+  uint32_t align_x = 0, align_w = 0, align_out = 0, align_bias = 0;
+  bool operator==(const PlanKey&) const = default;
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& key) const {
+    size_t h = 0;
+    auto mix = [&h](uint64_t v) {
+      h ^= std::hash<uint64_t>{}(v) + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    };
+    mix(static_cast<uint64_t>(key.m));
+    mix(static_cast<uint64_t>(key.n));
+    mix(static_cast<uint64_t>(key.k));
+    mix(static_cast<uint64_t>(key.ldx));
+    mix(static_cast<uint64_t>(key.ldo));
+    mix((static_cast<uint64_t>(key.x_dtype) << 16) | (static_cast<uint64_t>(key.out_dtype) << 8) |
+        static_cast<uint64_t>(key.bias_dtype + 1));
+    mix((static_cast<uint64_t>(key.align_x) << 24) | (static_cast<uint64_t>(key.align_w) << 16) |
+        (static_cast<uint64_t>(key.align_out) << 8) | key.align_bias);
+    return h;
+  }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr;  // the weight
+  cublasLtMatrixLayout_t b = nullptr;  // x
+  cublasLtMatrixLayout_t d = nullptr;  // out (also C; beta = 0)
+  cublasLtMatmulAlgo_t algo{};
+  bool bias_epilogue = false;
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+// Least-recently-used map of plans.
+class PlanCache {
+ public:
+  Plan* find(const PlanKey& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    order_.splice(order_.begin(), order_, it->second);
+    return it->second->second.get();
+  }
+
+  Plan* insert(const PlanKey& key, std::unique_ptr<Plan> plan) {
+    erase(key);
+    order_.emplace_front(key, std::move(plan));
+    index_[key] = order_.begin();
+    while (order_.size() > kMaxPlans) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+    return order_.front().second.get();
+  }
+
+  void erase(const PlanKey& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return;
+    order_.erase(it->second);
+    index_.erase(it);
+  }
+
+  size_t size() const { return order_.size(); }
+  void clear() {
+    index_.clear();
+    order_.clear();
+  }
+
+ private:
+  using Entry = std::pair<PlanKey, std::unique_ptr<Plan>>;
+  std::list<Entry> order_;  // most recently used first
+  std::unordered_map<PlanKey, std::list<Entry>::iterator, PlanKeyHash> index_;
+};
+
+cudaDataType_t cuda_type(DType dtype) {
+  return dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+// The largest power of two up to 16 that divides the address (at least the element size).
+uint32_t alignment(const void* ptr) {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  uint32_t align = 16;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+template <typename T>
+cublasStatus_t set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                        const T& value) {
+  return cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value));
+}
+
+template <typename T>
+cublasStatus_t set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+                        const T& value) {
+  return cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value));
+}
+
+class Preference {
+ public:
+  ~Preference() {
+    if (pref_ != nullptr) cublasLtMatmulPreferenceDestroy(pref_);
+  }
+  cublasLtMatmulPreference_t* out() { return &pref_; }
+  cublasLtMatmulPreference_t get() const { return pref_; }
+
+ private:
+  cublasLtMatmulPreference_t pref_ = nullptr;
+};
+
+}  // namespace
+
+// ---- BlasContext -------------------------------------------------------------------------
+
+struct BlasContext::Impl {
+  Device device;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  PlanCache plans;
+  int64_t gemv_max_rows = kGemvCrossoverRows;
+
+  ~Impl() {
+    plans.clear();
+    DeviceGuard guard(device);
+    if (workspace != nullptr) cudaFree(workspace);
+    if (handle != nullptr) cublasLtDestroy(handle);
+  }
+
+  // A plan for `key`, with the BIAS epilogue when `bias_epilogue` (bias_ptr: this call's bias,
+  // whose address the heuristic inspects). kUnsupported when the heuristic has no algorithm.
+  Expected<std::unique_ptr<Plan>> make_plan(const PlanKey& key, const void* bias_ptr,
+                                            bool bias_epilogue) const {
+    auto plan = std::make_unique<Plan>();
+    VLLM_BLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, trans_a));
+    VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, trans_b));
+    if (bias_epilogue) {
+      const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const int32_t bias_type = cuda_type(static_cast<DType>(key.bias_dtype));
+      VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue));
+      VLLM_BLAS_RETURN_IF_ERROR(
+          set_attr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
+      VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr));
+    }
+    const cudaDataType_t in_type = cuda_type(key.x_dtype);
+    VLLM_BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, in_type, key.k, key.n, key.k));
+    VLLM_BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->b, in_type, key.k, key.m, key.ldx));
+    VLLM_BLAS_RETURN_IF_ERROR(
+        cublasLtMatrixLayoutCreate(&plan->d, cuda_type(key.out_dtype), key.n, key.m, key.ldo));
+
+    Preference pref;
+    VLLM_BLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(pref.out()));
+    const uint64_t workspace_limit = workspace_bytes;
+    VLLM_BLAS_RETURN_IF_ERROR(
+        set_pref(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_limit));
+    VLLM_BLAS_RETURN_IF_ERROR(
+        set_pref(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w));
+    VLLM_BLAS_RETURN_IF_ERROR(
+        set_pref(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x));
+    VLLM_BLAS_RETURN_IF_ERROR(
+        set_pref(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_out));
+    VLLM_BLAS_RETURN_IF_ERROR(
+        set_pref(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_out));
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        handle, plan->desc, plan->a, plan->b, plan->d, plan->d, pref.get(), 1, &result, &found);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+      return make_error(
+          ErrorCode::kUnsupported,
+          "cuBLASLt has no algorithm for [{}, {}] x [{}, {}]^T ({} -> {}{}): {}", key.m, key.k,
+          key.n, key.k, dtype_name(key.x_dtype), dtype_name(key.out_dtype),
+          bias_epilogue ? ", bias epilogue" : "",
+          status != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(status) : "no result");
+    }
+    plan->algo = result.algo;
+    plan->bias_epilogue = bias_epilogue;
+    return Expected<std::unique_ptr<Plan>>(std::move(plan));
+  }
+
+  // The cached plan for `key`, made on first use: with the bias epilogue when there is a bias
+  // and the heuristic supports it, else without.
+  Expected<Plan*> plan_for(const PlanKey& key, const void* bias_ptr, bool allow_bias_epilogue) {
+    if (Plan* plan = plans.find(key)) return plan;
+    if (bias_ptr != nullptr && allow_bias_epilogue) {
+      auto with_bias = make_plan(key, bias_ptr, /*bias_epilogue=*/true);
+      if (with_bias.has_value()) return plans.insert(key, std::move(*with_bias));
+    }
+    VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
+                          make_plan(key, nullptr, /*bias_epilogue=*/false));
+    return plans.insert(key, std::move(plan));
+  }
+};
+
+BlasContext::BlasContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BlasContext::~BlasContext() = default;
+
+Expected<std::unique_ptr<BlasContext>> BlasContext::create(Device device, size_t workspace_bytes) {
+  if (!device.is_cuda()) {
+    return make_error(ErrorCode::kInvalidArgument, "BlasContext: {} is not a CUDA device",
+                      device.to_string());
+  }
+  DeviceGuard guard(device);
+  VLLM_RETURN_IF_ERROR(guard.status());
+  auto impl = std::make_unique<Impl>();
+  impl->device = device;
+  VLLM_BLAS_RETURN_IF_ERROR(cublasLtCreate(&impl->handle));
+  if (workspace_bytes > 0) {
+    VLLM_RETURN_IF_ERROR(cuda_status(cudaMalloc(&impl->workspace, workspace_bytes), "cudaMalloc")
+                             .with_context(fmt::format("the {}-byte cuBLASLt workspace on {}",
+                                                       workspace_bytes, device.to_string())));
+    impl->workspace_bytes = workspace_bytes;
+  }
+  return std::unique_ptr<BlasContext>(new BlasContext(std::move(impl)));
+}
+
+size_t BlasContext::cached_plans() const {
+  return impl_->plans.size();
+}
+
+// ---- Op entries ----------------------------------------------------------------------------
+
+namespace detail {
+
+Expected<GemvProblem> gemv_problem(std::string_view op, const Tensor& x, const Tensor& weight,
+                                   const Tensor& bias, Tensor& out) {
+  VLLM_RETURN_IF_ERROR(check_cuda_tensor(op, "x", x, {DType::kF32, DType::kBF16}));
+  if (x.ndim() != 2) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, expected [M, K]", op,
+                      x.to_string());
+  }
+  VLLM_RETURN_IF_ERROR(check_same_device(op, "weight", weight, x));
+  VLLM_RETURN_IF_ERROR(check_same_dtype(op, "weight", weight, x));
+  VLLM_RETURN_IF_ERROR(check_contiguous(op, "weight", weight));
+  const int64_t M = x.size(0), K = x.size(1);
+  if (weight.ndim() != 2 || weight.size(1) != K) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: weight is {}, expected [out_features, {}] (in_features = x's last dim)",
+                      op, weight.to_string(), K);
+  }
+  const int64_t N = weight.size(0);
+  if (bias.defined()) {
+    VLLM_RETURN_IF_ERROR(check_same_device(op, "bias", bias, x));
+    if (bias.dtype() != x.dtype() && bias.dtype() != DType::kF32) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: bias is {}, expected {} or F32", op,
+                        bias.to_string(), dtype_name(x.dtype()));
+    }
+    if (bias.ndim() != 1 || bias.size(0) != N || !bias.is_contiguous()) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: bias is {}, expected a contiguous [{}]",
+                        op, bias.to_string(), N);
+    }
+  }
+  VLLM_RETURN_IF_ERROR(check_same_device(op, "out", out, x));
+  if (out.dtype() != x.dtype() && !(x.dtype() == DType::kBF16 && out.dtype() == DType::kF32)) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: out is {}, expected {}{}", op,
+                      out.to_string(), dtype_name(x.dtype()),
+                      x.dtype() == DType::kBF16 ? " or F32" : "");
+  }
+  if (out.ndim() != 2 || out.size(0) != M || out.size(1) != N) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: out is {}, expected [{}, {}]", op,
+                      out.to_string(), M, N);
+  }
+  VLLM_ASSIGN_OR_RETURN(Rows x_rows, as_rows(op, "x", x));
+  VLLM_ASSIGN_OR_RETURN(Rows out_rows, as_rows(op, "out", out));
+  if (M > kIntMax || N > kIntMax || K > kIntMax) {
+    return make_error(ErrorCode::kUnsupported, "{}: [{}, {}] x [{}, {}]^T is too large", op, M, K,
+                      N, K);
+  }
+  GemvProblem p;
+  p.dtype = x.dtype();
+  p.out_dtype = out.dtype();
+  p.x = x_rows.data;
+  p.ldx = x_rows.row_stride;
+  p.weight = weight.data_ptr();
+  p.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  p.bias_dtype = bias.defined() ? bias.dtype() : DType::kF32;
+  p.out = out_rows.data;
+  p.ldo = out_rows.row_stride;
+  p.m = M;
+  p.n = N;
+  p.k = K;
+  p.device = x.device().index;
+  return p;
+}
+
+}  // namespace detail
+
+Status BlasContext::set_gemv_max_rows(int64_t rows) {
+  if (rows < 0 || rows > kGemvMaxRows) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "set_gemv_max_rows({}): the batched GEMV takes 0 to {} rows", rows,
+                      kGemvMaxRows);
+  }
+  impl_->gemv_max_rows = rows;
+  return Status::ok();
+}
+
+int64_t BlasContext::gemv_max_rows() const {
+  return impl_->gemv_max_rows;
+}
+
+Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Tensor& bias,
+              Tensor& out, cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::linear";
+  BlasContext::Impl& impl = *blas.impl();
+  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, weight, bias, out));
+  if (x.device() != impl.device) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, but the BlasContext is on {}", kOp,
+                      x.to_string(), impl.device.to_string());
+  }
+  const int64_t M = p.m, N = p.n, K = p.k;
+  if (M == 0 || N == 0) return Status::ok();
+
+  DeviceGuard guard(impl.device);
+  VLLM_RETURN_IF_ERROR(guard.status());
+  if (K == 0) {  // the empty sum: out = bias (or zeros)
+    return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, M, N, /*accumulate=*/false,
+                    stream);
+  }
+  if (M <= impl.gemv_max_rows) return detail::launch_gemv(p, stream);
+
+  PlanKey key;
+  key.m = M;
+  key.n = N;
+  key.k = K;
+  key.ldx = p.ldx;
+  key.ldo = p.ldo;
+  key.x_dtype = p.dtype;
+  key.out_dtype = p.out_dtype;
+  key.bias_dtype = p.bias != nullptr ? static_cast<int>(p.bias_dtype) : -1;
+  key.align_x = alignment(p.x);
+  key.align_w = alignment(p.weight);
+  key.align_out = alignment(p.out);
+  key.align_bias = p.bias != nullptr ? alignment(p.bias) : 0;
+
+  const float alpha = 1.0f, beta = 0.0f;
+  for (int attempt = 0;; ++attempt) {
+    VLLM_ASSIGN_OR_RETURN(Plan * plan,
+                          impl.plan_for(key, p.bias, /*allow_bias_epilogue=*/attempt == 0));
+    if (plan->bias_epilogue) {
+      VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias));
+    }
+    const cublasStatus_t status = cublasLtMatmul(
+        impl.handle, plan->desc, &alpha, p.weight, plan->a, p.x, plan->b, &beta, p.out, plan->d,
+        p.out, plan->d, &plan->algo, impl.workspace, impl.workspace_bytes, stream);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED && plan->bias_epilogue && attempt == 0) {
+      impl.plans.erase(key);  // the epilogue was offered but not run: plan without it
+      continue;
+    }
+    VLLM_RETURN_IF_ERROR(
+        blas_status(status, "cublasLtMatmul")
+            .with_context(fmt::format("{}: [{}, {}] x [{}, {}]^T", kOp, M, K, N, K)));
+    if (p.bias != nullptr && !plan->bias_epilogue) {
+      return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, M, N, /*accumulate=*/true,
+                      stream);
+    }
+    return Status::ok();
+  }
+}
+
+Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
+            cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::gemv";
+  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, weight, bias, out));
+  if (p.m > kGemvMaxRows) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: x has {} rows; the batched GEMV holds at most {} (cuda::linear takes "
+                      "larger batches to cuBLASLt)",
+                      kOp, p.m, kGemvMaxRows);
+  }
+  if (p.m == 0 || p.n == 0) return Status::ok();
+  DeviceGuard guard(x.device());
+  VLLM_RETURN_IF_ERROR(guard.status());
+  if (p.k == 0) {
+    return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, p.m, p.n,
+                    /*accumulate=*/false, stream);
+  }
+  return detail::launch_gemv(p, stream);
+}
+
+}  // namespace vllm::cuda

@@ -1,0 +1,638 @@
+// The MoE router, the grouping of routed pairs by expert, the weighted combine and the op
+// entries of moe.cuh. The expert products themselves are in moe_gemv.cu and moe_gemm.cu.
+//
+// moe_route: one warp per token. Lane l holds the logits of experts l, l + 32, ... (up to 32
+// each: E <= 1024), computes the softmax as the CPU op does (max, exp(x - max), sum, one
+// reciprocal), then picks the k largest probabilities one at a time with a warp argmax whose
+// ties go to the lower expert id; lane i keeps the i-th pick. The renormalising sum adds the
+// picks in pick order, as the CPU op does.
+//
+// moe_plan_kernel: one block of 1024 threads (one per possible expert) counts the pairs per
+// expert in shared memory, scans the padded counts into offsets and the non-empty experts into
+// the active list, writes each row tile's expert, then scatters every pair to its expert's next
+// free row with a shared-memory cursor. The order of pairs inside an expert's segment depends
+// on the atomics, but no result does: each pair's row is computed on its own.
+//
+// moe_combine_kernel: one thread per 16-byte vector of a token's output row; it sums the
+// token's k expert rows weighted, in slot order, in f32, adds sigmoid(gate) * shared row, and
+// rounds once.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/moe.cuh"
+#include "backend/cuda/moe_plan.cuh"
+#include "backend/cuda/runtime.h"
+
+namespace vllm::cuda {
+namespace {
+
+using detail::ceil_div;
+using detail::from_float;
+using detail::kMaxGridY;
+using detail::kWarpSize;
+using detail::MoePlan;
+using detail::MoeProblem;
+using detail::Pack;
+using detail::Rows;
+using detail::to_float;
+
+constexpr int kRouteWarps = 8;
+constexpr int kRoutePerLane = static_cast<int>(kMoeMaxExperts) / kWarpSize;
+constexpr int kPlanThreads = static_cast<int>(kMoeMaxExperts);
+constexpr int kCombineThreads = 256;
+constexpr size_t kScratchAlign = 256;
+
+// ---- Router ------------------------------------------------------------------------------
+
+struct RouteParams {
+  const float* logits;
+  int64_t logits_stride;
+  float* weights;  // [T, k]
+  int64_t* ids;    // [T, k]
+  int64_t tokens;
+  int experts;
+  int top_k;
+  bool renormalize;
+};
+
+__global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(RouteParams p) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / kWarpSize;
+  if (t >= p.tokens) return;  // whole warps leave; no block barrier below
+  const float* row = p.logits + t * p.logits_stride;
+  float prob[kRoutePerLane];
+  float max_value = -INFINITY;
+  // A NaN or +inf logit, or a row of -inf only, makes every probability NaN on the CPU
+  // (x - max is NaN somewhere and the NaN reaches the sum); a -inf among finite logits is
+  // just a zero probability.
+  bool bad = false;
+#pragma unroll
+  for (int j = 0; j < kRoutePerLane; ++j) {
+    const int e = lane + j * kWarpSize;
+    prob[j] = e < p.experts ? row[e] : -INFINITY;
+    if (e < p.experts) {
+      bad |= isnan(prob[j]) || prob[j] == INFINITY;
+      max_value = fmaxf(max_value, prob[j]);
+    }
+  }
+  max_value = detail::warp_max(max_value);
+  bad = __any_sync(0xffffffffu, bad) || max_value == -INFINITY;
+  float* weights = p.weights + t * p.top_k;
+  int64_t* ids = p.ids + t * p.top_k;
+  if (bad) {
+    // All probabilities NaN: torch.topk (and the CPU op) rank NaN first, ties by index.
+    if (lane < p.top_k) {
+      weights[lane] = NAN;
+      ids[lane] = lane;
+    }
+    return;
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kRoutePerLane; ++j) {
+    if (lane + j * kWarpSize < p.experts) {
+      prob[j] = expf(prob[j] - max_value);
+      sum += prob[j];
+    }
+  }
+  const float inv_sum = 1.0f / detail::warp_sum(sum);
+  // Probabilities are >= 0; -1 marks experts past E and those already picked.
+#pragma unroll
+  for (int j = 0; j < kRoutePerLane; ++j) {
+    prob[j] = lane + j * kWarpSize < p.experts ? prob[j] * inv_sum : -1.0f;
+  }
+  float picked_sum = 0.0f, my_weight = 0.0f;
+  int my_id = 0;
+  for (int i = 0; i < p.top_k; ++i) {
+    float best = -1.0f;
+    int best_e = INT_MAX;
+#pragma unroll
+    for (int j = 0; j < kRoutePerLane; ++j) {
+      if (prob[j] > best) {  // strict: the lower id of this lane wins a tie
+        best = prob[j];
+        best_e = lane + j * kWarpSize;
+      }
+    }
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
+      if (other > best || (other == best && other_e < best_e)) {
+        best = other;
+        best_e = other_e;
+      }
+    }
+    if (best_e % kWarpSize == lane) {
+#pragma unroll
+      for (int j = 0; j < kRoutePerLane; ++j) {
+        if (j == best_e / kWarpSize) prob[j] = -1.0f;
+      }
+    }
+    if (lane == i) {
+      my_weight = best;
+      my_id = best_e;
+    }
+    picked_sum += best;
+  }
+  if (lane < p.top_k) {
+    weights[lane] = p.renormalize ? my_weight / picked_sum : my_weight;
+    ids[lane] = my_id;
+  }
+}
+
+// ---- Grouping ----------------------------------------------------------------------------
+
+// Exclusive prefix sum over the block of one value per thread (blockDim.x == kPlanThreads);
+// `total` gets the sum. Starts and ends with a barrier, so `scratch` (32 ints) is reusable.
+__device__ int block_exclusive_scan(int value, int* scratch, int& total) {
+  __syncthreads();
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  int x = value;
+#pragma unroll
+  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, offset);
+    if (lane >= offset) x += y;
+  }
+  if (lane == kWarpSize - 1) scratch[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = scratch[lane];  // kPlanThreads / 32 == 32 warp totals
+#pragma unroll
+    for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, w, offset);
+      if (lane >= offset) w += y;
+    }
+    scratch[lane] = w;
+  }
+  __syncthreads();
+  const int before = warp > 0 ? scratch[warp - 1] : 0;
+  total = scratch[kWarpSize - 1];
+  __syncthreads();
+  return before + x - value;
+}
+
+__global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const int64_t* ids, MoePlan plan) {
+  __shared__ int counts[kPlanThreads];
+  __shared__ int cursor[kPlanThreads];
+  __shared__ int scan_scratch[kWarpSize];
+  const int tid = threadIdx.x;
+  const int experts = plan.num_experts, align = plan.row_align;
+  counts[tid] = 0;
+  __syncthreads();
+  for (int64_t p = tid; p < plan.pairs; p += kPlanThreads) {
+    const int64_t e = ids[p];
+    if (e >= 0 && e < experts) atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  const int n = tid < experts ? counts[tid] : 0;
+  const int padded = (n + align - 1) / align * align;
+  int total_rows = 0, total_active = 0;
+  const int start = block_exclusive_scan(padded, scan_scratch, total_rows);
+  const int active_index = block_exclusive_scan(n > 0 ? 1 : 0, scan_scratch, total_active);
+  if (tid < experts) {
+    plan.offsets[tid] = start;
+    cursor[tid] = start;
+    if (n > 0) plan.active[active_index] = tid;
+    if (plan.max_tiles > 0) {
+      for (int tile = start / align; tile < (start + padded) / align; ++tile) {
+        plan.tile_expert[tile] = tid;
+      }
+    }
+  }
+  if (tid == 0) {
+    plan.offsets[experts] = total_rows;
+    *plan.num_active = total_active;
+  }
+  for (int64_t tile = total_rows / align + tid; tile < plan.max_tiles; tile += kPlanThreads) {
+    plan.tile_expert[tile] = -1;
+  }
+  __syncthreads();  // cursors set
+  for (int64_t p = tid; p < plan.pairs; p += kPlanThreads) {
+    const int64_t e = ids[p];
+    int row = -1;
+    if (e >= 0 && e < experts) {
+      row = atomicAdd(&cursor[e], 1);
+      plan.sorted_pairs[row] = static_cast<int>(p);
+    }
+    plan.pair_row[p] = row;
+  }
+  if (tid < experts) {
+    for (int row = start + n; row < start + padded; ++row) plan.sorted_pairs[row] = -1;
+  }
+}
+
+// ---- Combine -----------------------------------------------------------------------------
+
+template <typename T, int kVec>
+__device__ __forceinline__ void load_vec(const T* row, int64_t v, float (&f)[kVec]) {
+  const Pack<T, kVec> pk = reinterpret_cast<const Pack<T, kVec>*>(row)[v];
+#pragma unroll
+  for (int q = 0; q < kVec; ++q) f[q] = to_float(pk.v[q]);
+}
+
+template <typename T>
+struct CombineParams {
+  const T* y;  // [capacity, H]
+  const int32_t* pair_row;
+  const float* weights;  // [T, k]
+  const T* shared;       // [T, H] or null
+  int64_t shared_stride;
+  const void* gate;  // [T] at gate_stride: F32 or T
+  int64_t gate_stride;
+  bool gate_f32;
+  T* out;
+  int64_t out_stride;
+  int64_t tokens, hidden, vecs;
+  int top_k;
+};
+
+template <typename T, int kVec>
+__global__ void moe_combine_kernel(CombineParams<T> p) {
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= p.vecs) return;
+  for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
+    float acc[kVec];
+#pragma unroll
+    for (int q = 0; q < kVec; ++q) acc[q] = 0.0f;
+    for (int i = 0; i < p.top_k; ++i) {
+      const int64_t pair = t * p.top_k + i;
+      const int row = p.pair_row[pair];
+      if (row < 0) continue;
+      const float w = p.weights[pair];
+      float y[kVec];
+      load_vec<T, kVec>(p.y + static_cast<int64_t>(row) * p.hidden, v, y);
+#pragma unroll
+      for (int q = 0; q < kVec; ++q) acc[q] += w * y[q];
+    }
+    if (p.shared != nullptr) {
+      const float g = p.gate_f32 ? static_cast<const float*>(p.gate)[t * p.gate_stride]
+                                 : to_float(static_cast<const T*>(p.gate)[t * p.gate_stride]);
+      const float s = 1.0f / (1.0f + expf(-g));
+      float sh[kVec];
+      load_vec<T, kVec>(p.shared + t * p.shared_stride, v, sh);
+#pragma unroll
+      for (int q = 0; q < kVec; ++q) acc[q] += s * sh[q];
+    }
+    Pack<T, kVec> pk;
+#pragma unroll
+    for (int q = 0; q < kVec; ++q) pk.v[q] = from_float<T>(acc[q]);
+    reinterpret_cast<Pack<T, kVec>*>(p.out + t * p.out_stride)[v] = pk;
+  }
+}
+
+template <typename T>
+Status launch_combine(const CombineParams<T>& base, bool vec, cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  CombineParams<T> p = base;
+  p.vecs = vec ? p.hidden / kVec : p.hidden;
+  const int64_t threads =
+      std::min<int64_t>(kCombineThreads, ceil_div(p.vecs, kWarpSize) * kWarpSize);
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.vecs, threads)),
+                  static_cast<unsigned>(std::min<int64_t>(p.tokens, kMaxGridY)));
+  if (vec) {
+    moe_combine_kernel<T, kVec><<<grid, static_cast<unsigned>(threads), 0, stream>>>(p);
+  } else {
+    moe_combine_kernel<T, 1><<<grid, static_cast<unsigned>(threads), 0, stream>>>(p);
+  }
+  return check_launch("moe_combine_kernel");
+}
+
+// ---- Host side ---------------------------------------------------------------------------
+
+size_t round_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+
+// Where each part of the scratch buffer starts (bytes), for one call's sizes.
+struct ScratchLayout {
+  size_t offsets = 0, sorted_pairs = 0, pair_row = 0, active = 0, num_active = 0;
+  size_t tile_expert = 0, act = 0, y = 0, bytes = 0;
+  int64_t capacity = 0, max_tiles = 0;
+  int max_active = 0;
+  int row_align = 1;
+};
+
+ScratchLayout scratch_layout(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden,
+                             int64_t inter, DType dtype, int row_align) {
+  ScratchLayout l;
+  l.row_align = row_align;
+  const int64_t pairs = tokens * top_k;
+  l.max_active = static_cast<int>(std::min(experts, pairs));
+  int64_t capacity = pairs + (row_align > 1 ? int64_t{l.max_active} * (row_align - 1) : 0);
+  capacity = ceil_div(capacity, row_align) * row_align;
+  l.capacity = capacity;
+  l.max_tiles = row_align > 1 ? capacity / row_align : 0;
+  size_t at = 0;
+  auto take = [&at](int64_t bytes) {
+    const size_t start = at;
+    at = round_up(at + static_cast<size_t>(std::max<int64_t>(bytes, 1)), kScratchAlign);
+    return start;
+  };
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  l.offsets = take((experts + 1) * 4);
+  l.sorted_pairs = take(capacity * 4);
+  l.pair_row = take(pairs * 4);
+  l.active = take(int64_t{l.max_active} * 4);
+  l.num_active = take(4);
+  l.tile_expert = take(l.max_tiles * 4);
+  l.act = take(capacity * inter * esize);
+  l.y = take(capacity * hidden * esize);
+  l.bytes = at;
+  return l;
+}
+
+// The operands' sizes, checked.
+struct Dims {
+  int64_t tokens = 0, hidden = 0, experts = 0, inter = 0, top_k = 0;
+};
+
+Expected<Dims> check_dims(std::string_view op, const Tensor& x, const Tensor& topk_ids,
+                          const MoeExpertsArgs& args) {
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(op, "x", x, {DType::kF32, DType::kBF16}));
+  if (x.ndim() != 2) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, expected [tokens, hidden]", op,
+                      x.to_string());
+  }
+  Dims d;
+  d.tokens = x.size(0);
+  d.hidden = x.size(1);
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "gate_up", args.gate_up, x));
+  VLLM_RETURN_IF_ERROR(detail::check_same_dtype(op, "gate_up", args.gate_up, x));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "gate_up", args.gate_up));
+  if (args.gate_up.ndim() != 3 || args.gate_up.size(2) != d.hidden ||
+      args.gate_up.size(1) % 2 != 0 || args.gate_up.size(1) == 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: gate_up is {}, expected [experts, 2 * intermediate, hidden = {}]", op,
+                      args.gate_up.to_string(), d.hidden);
+  }
+  d.experts = args.gate_up.size(0);
+  d.inter = args.gate_up.size(1) / 2;
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "down", args.down, x));
+  VLLM_RETURN_IF_ERROR(detail::check_same_dtype(op, "down", args.down, x));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "down", args.down));
+  if (args.down.shape() != Shape{d.experts, d.hidden, d.inter}) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: down is {}, expected [{}, {}, {}]", op,
+                      args.down.to_string(), d.experts, d.hidden, d.inter);
+  }
+  if (d.experts < 1 || d.experts > kMoeMaxExperts) {
+    return make_error(ErrorCode::kUnsupported, "{}: {} experts; this op supports 1 to {}", op,
+                      d.experts, kMoeMaxExperts);
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "topk_ids", topk_ids, x));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(op, "topk_ids", topk_ids, {DType::kI64}));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "topk_ids", topk_ids));
+  if (topk_ids.ndim() != 2 || topk_ids.size(0) != d.tokens || topk_ids.size(1) < 1) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: topk_ids is {}, expected [{}, top_k]", op,
+                      topk_ids.to_string(), d.tokens);
+  }
+  d.top_k = topk_ids.size(1);
+  // Grouped rows, pair numbers and per-row offsets are int32 on the device.
+  const int64_t rows_bound = d.tokens * d.top_k + d.experts * 128;
+  if (d.top_k > kMoeMaxTopK || rows_bound > INT_MAX / 2 || d.hidden > INT_MAX / 2 ||
+      d.inter > INT_MAX / 2) {
+    return make_error(ErrorCode::kUnsupported,
+                      "{}: {} tokens x top-k {} (hidden {}, intermediate {}) exceed this op's "
+                      "limits (top-k <= {}, int32 row indices)",
+                      op, d.tokens, d.top_k, d.hidden, d.inter, kMoeMaxTopK);
+  }
+  return d;
+}
+
+struct PathChoice {
+  MoePath path = MoePath::kGatherGemv;
+  int tile_rows = 1;  // row alignment of the grouping
+};
+
+Expected<PathChoice> choose_path(std::string_view op, const Dims& d, DType dtype,
+                                 MoePath requested) {
+  const bool grouped_ok = detail::grouped_gemm_shapes_ok(dtype, d.hidden, d.inter);
+  PathChoice c;
+  c.path = requested;
+  if (c.path == MoePath::kAuto) {
+    c.path =
+        d.tokens > kMoeGemvMaxTokens && grouped_ok ? MoePath::kGroupedGemm : MoePath::kGatherGemv;
+  }
+  if (c.path == MoePath::kGroupedGemm) {
+    if (!grouped_ok) {
+      return make_error(ErrorCode::kUnsupported,
+                        "{}: the grouped GEMM needs BF16 and hidden / intermediate sizes that are "
+                        "multiples of 8 (got {}, {}, {})",
+                        op, dtype_name(dtype), d.hidden, d.inter);
+    }
+    c.tile_rows = d.tokens * d.top_k <= kMoeSmallTileMaxPairsPerExpert * d.experts ? 32 : 128;
+  }
+  return c;
+}
+
+// ParamVec-style gate row view: [T, 1] or [T] (row stride allowed), F32 or `dtype`.
+Expected<Rows> check_gate(std::string_view op, const Tensor& gate, const Tensor& x,
+                          int64_t tokens) {
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "shared_gate", gate, x));
+  if (gate.dtype() != DType::kF32 && gate.dtype() != x.dtype()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: shared_gate has dtype {}, expected F32 or {}", op,
+                      dtype_name(gate.dtype()), dtype_name(x.dtype()));
+  }
+  const bool shape_ok = (gate.ndim() == 1 && gate.size(0) == tokens) ||
+                        (gate.ndim() == 2 && gate.size(0) == tokens && gate.size(1) == 1);
+  if (!shape_ok) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: shared_gate is {}, expected [{}, 1]", op,
+                      gate.to_string(), tokens);
+  }
+  Rows r;
+  r.data = gate.data_ptr();
+  r.rows = tokens;
+  r.cols = 1;
+  r.row_stride = gate.stride(0);
+  return r;
+}
+
+Expected<Rows> check_rows_like_x(std::string_view op, std::string_view arg, const Tensor& t,
+                                 const Tensor& x, const Dims& d) {
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(op, arg, t, x));
+  VLLM_RETURN_IF_ERROR(detail::check_same_dtype(op, arg, t, x));
+  if (t.ndim() != 2 || t.size(0) != d.tokens || t.size(1) != d.hidden) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: {} is {}, expected [{}, {}]", op, arg,
+                      t.to_string(), d.tokens, d.hidden);
+  }
+  return detail::as_rows(op, arg, t);
+}
+
+}  // namespace
+
+Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& topk_weights,
+                 Tensor& topk_ids, cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::moe_route";
+  VLLM_RETURN_IF_ERROR(
+      detail::check_cuda_tensor(kOp, "router_logits", router_logits, {DType::kF32}));
+  if (router_logits.ndim() != 2) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: router_logits is {}, expected [tokens, "
+                      "experts]",
+                      kOp, router_logits.to_string());
+  }
+  VLLM_ASSIGN_OR_RETURN(Rows logits, detail::as_rows(kOp, "router_logits", router_logits));
+  const int64_t tokens = router_logits.size(0), experts = router_logits.size(1);
+  if (experts < 1 || experts > kMoeMaxExperts) {
+    return make_error(ErrorCode::kUnsupported, "{}: {} experts; this op supports 1 to {}", kOp,
+                      experts, kMoeMaxExperts);
+  }
+  if (top_k < 1 || top_k > std::min(experts, kMoeMaxTopK)) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: top_k is {}, expected 1 <= top_k <= {}",
+                      kOp, top_k, std::min(experts, kMoeMaxTopK));
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "topk_weights", topk_weights, router_logits));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "topk_weights", topk_weights, {DType::kF32}));
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "topk_ids", topk_ids, router_logits));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "topk_ids", topk_ids, {DType::kI64}));
+  for (auto [name, t] : {std::pair<std::string_view, const Tensor*>{"topk_weights", &topk_weights},
+                         {"topk_ids", &topk_ids}}) {
+    VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, name, *t));
+    if (t->shape() != Shape{tokens, top_k}) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: {} is {}, expected [{}, {}]", kOp, name,
+                        t->to_string(), tokens, top_k);
+    }
+  }
+  if (tokens == 0) return Status::ok();
+  DeviceGuard guard(router_logits.device());
+  VLLM_RETURN_IF_ERROR(guard.status());
+  RouteParams p;
+  p.logits = static_cast<const float*>(logits.data);
+  p.logits_stride = logits.row_stride;
+  p.weights = static_cast<float*>(topk_weights.data_ptr());
+  p.ids = static_cast<int64_t*>(topk_ids.data_ptr());
+  p.tokens = tokens;
+  p.experts = static_cast<int>(experts);
+  p.top_k = static_cast<int>(top_k);
+  p.renormalize = renormalize;
+  const int64_t blocks = ceil_div(tokens, kRouteWarps);
+  if (blocks > INT_MAX) {
+    return make_error(ErrorCode::kUnsupported, "{}: {} tokens are too many", kOp, tokens);
+  }
+  moe_route_kernel<<<static_cast<unsigned>(blocks), kRouteWarps * kWarpSize, 0, stream>>>(p);
+  return check_launch("moe_route_kernel");
+}
+
+Expected<size_t> moe_experts_scratch_bytes(const Tensor& x, const Tensor& topk_ids,
+                                           const MoeExpertsArgs& args) {
+  constexpr std::string_view kOp = "cuda::moe_experts";
+  VLLM_ASSIGN_OR_RETURN(Dims d, check_dims(kOp, x, topk_ids, args));
+  VLLM_ASSIGN_OR_RETURN(PathChoice c, choose_path(kOp, d, x.dtype(), args.path));
+  return scratch_layout(d.tokens, d.top_k, d.experts, d.hidden, d.inter, x.dtype(), c.tile_rows)
+      .bytes;
+}
+
+Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids,
+                   const MoeExpertsArgs& args, Tensor& scratch, Tensor& out, cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::moe_experts";
+  VLLM_ASSIGN_OR_RETURN(Dims d, check_dims(kOp, x, topk_ids, args));
+  VLLM_ASSIGN_OR_RETURN(Rows x_rows, detail::as_rows(kOp, "x", x));
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "topk_weights", topk_weights, x));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "topk_weights", topk_weights, {DType::kF32}));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "topk_weights", topk_weights));
+  if (topk_weights.shape() != topk_ids.shape()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: topk_weights is {}, expected the shape "
+                      "of topk_ids {}",
+                      kOp, topk_weights.to_string(), shape_to_string(topk_ids.shape()));
+  }
+  VLLM_ASSIGN_OR_RETURN(Rows out_rows, check_rows_like_x(kOp, "out", out, x, d));
+  if (out.data_ptr() == x.data_ptr() && d.tokens > 0) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: out must not alias x", kOp);
+  }
+  Rows shared_rows, gate_rows;
+  const bool shared = args.shared_out.defined();
+  if (shared) {
+    VLLM_ASSIGN_OR_RETURN(shared_rows, check_rows_like_x(kOp, "shared_out", args.shared_out, x, d));
+    VLLM_ASSIGN_OR_RETURN(gate_rows, check_gate(kOp, args.shared_gate, x, d.tokens));
+  }
+  VLLM_ASSIGN_OR_RETURN(PathChoice choice, choose_path(kOp, d, x.dtype(), args.path));
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "scratch", scratch, x));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "scratch", scratch));
+  if (d.tokens == 0) return Status::ok();
+
+  MoeProblem problem;
+  problem.dtype = x.dtype();
+  problem.x = x_rows.data;
+  problem.ldx = x_rows.row_stride;
+  problem.gate_up = args.gate_up.data_ptr();
+  problem.down = args.down.data_ptr();
+  problem.tokens = d.tokens;
+  problem.hidden = d.hidden;
+  problem.inter = d.inter;
+  if (choice.path == MoePath::kGroupedGemm && !detail::grouped_gemm_supported(problem)) {
+    if (args.path == MoePath::kGroupedGemm) {
+      return make_error(ErrorCode::kUnsupported,
+                        "{}: the grouped GEMM needs x and the weights on 16-byte aligned rows",
+                        kOp);
+    }
+    choice = PathChoice{};  // the GEMV takes anything, with less scratch
+  }
+  const ScratchLayout layout =
+      scratch_layout(d.tokens, d.top_k, d.experts, d.hidden, d.inter, x.dtype(), choice.tile_rows);
+  if (scratch.nbytes() < layout.bytes || !detail::is_aligned(scratch.data_ptr(), kScratchAlign)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: scratch {} is smaller than the {} bytes this call needs, or not "
+                      "{}-byte aligned",
+                      kOp, scratch.to_string(), layout.bytes, kScratchAlign);
+  }
+  auto* base = static_cast<char*>(scratch.data_ptr());
+  MoePlan plan;
+  plan.offsets = reinterpret_cast<int32_t*>(base + layout.offsets);
+  plan.sorted_pairs = reinterpret_cast<int32_t*>(base + layout.sorted_pairs);
+  plan.pair_row = reinterpret_cast<int32_t*>(base + layout.pair_row);
+  plan.active = reinterpret_cast<int32_t*>(base + layout.active);
+  plan.num_active = reinterpret_cast<int32_t*>(base + layout.num_active);
+  plan.tile_expert = reinterpret_cast<int32_t*>(base + layout.tile_expert);
+  plan.pairs = d.tokens * d.top_k;
+  plan.capacity = layout.capacity;
+  plan.max_tiles = layout.max_tiles;
+  plan.max_active = layout.max_active;
+  plan.row_align = layout.row_align;
+  plan.num_experts = static_cast<int>(d.experts);
+  plan.top_k = static_cast<int>(d.top_k);
+  problem.act = base + layout.act;
+  problem.y = base + layout.y;
+
+  DeviceGuard guard(x.device());
+  VLLM_RETURN_IF_ERROR(guard.status());
+  moe_plan_kernel<<<1, kPlanThreads, 0, stream>>>(static_cast<const int64_t*>(topk_ids.data_ptr()),
+                                                  plan);
+  VLLM_RETURN_IF_ERROR(check_launch("moe_plan_kernel"));
+  if (choice.path == MoePath::kGroupedGemm) {
+    VLLM_RETURN_IF_ERROR(detail::launch_moe_grouped_gemm(problem, plan, choice.tile_rows, stream));
+  } else {
+    VLLM_RETURN_IF_ERROR(detail::launch_moe_gemv(problem, plan, stream));
+  }
+
+  auto combine = [&](auto tag) -> Status {
+    using T = decltype(tag);
+    constexpr int kVec = 16 / sizeof(T);
+    CombineParams<T> p{};
+    p.y = static_cast<const T*>(problem.y);
+    p.pair_row = plan.pair_row;
+    p.weights = static_cast<const float*>(topk_weights.data_ptr());
+    p.shared = shared ? static_cast<const T*>(shared_rows.data) : nullptr;
+    p.shared_stride = shared_rows.row_stride;
+    p.gate = shared ? gate_rows.data : nullptr;
+    p.gate_stride = gate_rows.row_stride;
+    p.gate_f32 = shared && args.shared_gate.dtype() == DType::kF32;
+    p.out = static_cast<T*>(out_rows.data);
+    p.out_stride = out_rows.row_stride;
+    p.tokens = d.tokens;
+    p.hidden = d.hidden;
+    p.top_k = static_cast<int>(d.top_k);
+    const bool vec = d.hidden % kVec == 0 && detail::rows_aligned(out_rows, sizeof(T), 16) &&
+                     (!shared || detail::rows_aligned(shared_rows, sizeof(T), 16));
+    return launch_combine<T>(p, vec, stream);
+  };
+  if (x.dtype() == DType::kF32) return combine(float{});
+  return combine(__nv_bfloat16{});
+}
+
+}  // namespace vllm::cuda

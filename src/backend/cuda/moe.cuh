@@ -1,0 +1,80 @@
+// The sparse mixture-of-experts MLP on the GPU: the counterparts of cpu::moe_route and
+// cpu::moe_experts (src/backend/cpu/moe.h; same semantics, see there) over experts stacked
+// per layer, plus the shared expert's gated add fused into the final combine.
+//
+// moe_experts never copies the host a value: the tokens' (token, slot) pairs are grouped by
+// expert on the device (counts, offsets, a permutation), and two paths read only the experts
+// the batch selected:
+//   - gather GEMV (small batches): one launch per projection over the selected experts, each
+//     expert's rows read once for all the tokens that picked it (16-byte loads, many in
+//     flight per warp);
+//   - grouped GEMM (large batches): each expert's tokens padded to whole row tiles, one
+//     tensor-core kernel per projection whose tiles look up their expert on the device.
+// Both write each pair's expert output in the grouped order; a combine kernel sums the k
+// outputs of every token, weighted, in token order, and adds sigmoid(gate) * shared output.
+// Implementations: moe.cu (router, grouping, combine, op entries), moe_gemv.cu, moe_gemm.cu.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+namespace vllm::cuda {
+
+// Limits of the router and grouping kernels (one warp holds a token's logits; one block
+// groups the pairs): larger configs are refused, never clamped.
+constexpr int64_t kMoeMaxExperts = 1024;
+constexpr int64_t kMoeMaxTopK = 32;
+
+// Batches of at most this many tokens take the gather GEMV; larger ones the grouped GEMM
+// (when the shapes allow it, see MoePath). Tuned on the H200 with the timing mode
+// (tests/cuda/bench_moe_cuda.cpp).
+constexpr int64_t kMoeGemvMaxTokens = 64;
+// The grouped GEMM's row tile: 32 rows when the batch gives the experts at most this many
+// pairs each on average (decode at high concurrency: the weights dominate), else 128
+// (prefill: the arithmetic dominates).
+constexpr int64_t kMoeSmallTileMaxPairsPerExpert = 32;
+
+// router_logits F32 [T, E] (row stride allowed) -> topk_weights F32 [T, k], topk_ids I64
+// [T, k] (both contiguous): softmax over E, the k most probable experts in descending
+// probability (ties to the lower id), renormalised to sum 1 when `renormalize`. A row with a
+// NaN or +inf logit, or only -inf ones, has all-NaN probabilities, as on the CPU: ids 0..k-1,
+// weights NaN. E <= kMoeMaxExperts, 1 <= k <= min(E, kMoeMaxTopK).
+Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& topk_weights,
+                 Tensor& topk_ids, cudaStream_t stream);
+
+enum class MoePath {
+  kAuto,         // by token count (kMoeGemvMaxTokens) and what the shapes allow
+  kGatherGemv,   // any dtype and shape
+  kGroupedGemm,  // BF16, hidden and intermediate sizes multiples of 8, 16-byte aligned rows
+};
+
+struct MoeExpertsArgs {
+  Tensor gate_up;      // [E, 2I, H]: expert e's gate rows [0, I), then its up rows [I, 2I)
+  Tensor down;         // [E, H, I]
+  Tensor shared_out;   // [T, H] in x's dtype (row stride allowed), or undefined: no shared expert
+  Tensor shared_gate;  // [T, 1] F32 or x's dtype (row stride allowed): sigmoid(gate) scales it
+  MoePath path = MoePath::kAuto;
+};
+
+// Bytes of the scratch buffer moe_experts needs for these operands (checked as moe_experts
+// checks them). The op layer takes it from the step's workspace.
+Expected<size_t> moe_experts_scratch_bytes(const Tensor& x, const Tensor& topk_ids,
+                                           const MoeExpertsArgs& args);
+
+// out[t] = sum_i topk_weights[t, i] * expert_{topk_ids[t, i]}(x[t])
+//          (+ sigmoid(shared_gate[t]) * shared_out[t]),
+// expert_e(v) = down[e] @ (silu(gate[e] @ v) * (up[e] @ v)), f32 accumulation, the SiLU
+// product rounded once to x's dtype, each expert output rounded once, the weighted sum in f32.
+// x [T, H] F32/BF16 (row stride allowed); weights in x's dtype, contiguous; topk_weights F32
+// [T, k] and topk_ids I64 [T, k] contiguous; out [T, H] in x's dtype (row stride allowed, not
+// aliasing x). An id outside [0, E), which the device cannot report, contributes nothing.
+// scratch: U8 of at least moe_experts_scratch_bytes() on the device, clobbered. Asynchronous.
+Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids,
+                   const MoeExpertsArgs& args, Tensor& scratch, Tensor& out, cudaStream_t stream);
+
+}  // namespace vllm::cuda

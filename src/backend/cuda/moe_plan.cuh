@@ -1,0 +1,65 @@
+// Internal to the MoE files of the CUDA backend (moe.cu, moe_gemv.cu, moe_gemm.cu): where one
+// moe_experts call's routed pairs sit once grouped by expert, and the operands the two expert
+// paths share.
+//
+// A pair is (token t, slot i), numbered p = t * k + i. The grouping kernel (moe.cu) gives
+// every expert a segment of "grouped rows" [offsets[e], offsets[e + 1]), its pairs first (in
+// no particular order) and then padding up to a multiple of row_align (1 for the gather GEMV,
+// the GEMM's row tile for the grouped GEMM). Both paths write the SiLU product of a pair to
+// act[row] and its expert output to y[row]; padding rows hold zeros (grouped GEMM) or are
+// never touched (GEMV). All of it lives in the call's scratch buffer.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+namespace vllm::cuda::detail {
+
+struct MoePlan {
+  int32_t* offsets = nullptr;       // [E + 1] first grouped row of each expert
+  int32_t* sorted_pairs = nullptr;  // [capacity] pair at each grouped row; -1 for padding
+  int32_t* pair_row = nullptr;      // [T * k] grouped row of each pair; -1: id outside [0, E)
+  int32_t* active = nullptr;        // [max_active] experts with a pair, in increasing id
+  int32_t* num_active = nullptr;    // [1]
+  int32_t* tile_expert = nullptr;   // [max_tiles] expert of each row tile; -1 past the last
+  int64_t pairs = 0;                // T * k
+  int64_t capacity = 0;             // grouped rows reserved (a bound on the padded total)
+  int64_t max_tiles = 0;            // capacity / row_align when row_align > 1, else 0
+  int max_active = 0;               // min(E, pairs)
+  int row_align = 1;
+  int num_experts = 0;
+  int top_k = 0;
+};
+
+// The expert MLP operands of one call, checked by the op entry. Weights and act/y are in
+// `dtype` (F32 or BF16).
+struct MoeProblem {
+  DType dtype = DType::kBF16;
+  const void* x = nullptr;  // [T, H], row stride ldx
+  int64_t ldx = 0;
+  const void* gate_up = nullptr;  // [E, 2I, H]
+  const void* down = nullptr;     // [E, H, I]
+  void* act = nullptr;            // [capacity, I]
+  void* y = nullptr;              // [capacity, H]
+  int64_t tokens = 0, hidden = 0, inter = 0;
+};
+
+// The gather GEMV (moe_gemv.cu): act = silu(gate x) * (up x), then y = down act, for the
+// pairs of plan (row_align 1).
+Status launch_moe_gemv(const MoeProblem& problem, const MoePlan& plan, cudaStream_t stream);
+
+// The grouped GEMM (moe_gemm.cu), the same two products over row tiles of `tile_rows` (32 or
+// 128; plan.row_align == tile_rows). Needs grouped_gemm_supported().
+Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, int tile_rows,
+                               cudaStream_t stream);
+
+// Shapes and dtype the grouped GEMM handles (16-byte row chunks everywhere).
+bool grouped_gemm_shapes_ok(DType dtype, int64_t hidden, int64_t inter);
+// ... and pointer alignment of this call's operands.
+bool grouped_gemm_supported(const MoeProblem& problem);
+
+}  // namespace vllm::cuda::detail

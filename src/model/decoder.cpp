@@ -1,0 +1,58 @@
+#include "model/decoder.h"
+
+#include "ops/ops.h"
+
+namespace vllm {
+
+Expected<std::shared_ptr<DeviceRuntime>> runtime_for(const LoadOptions& options) {
+  if (options.runtime) return options.runtime;
+  VLLM_ASSIGN_OR_RETURN(auto runtime, DeviceRuntime::create(options.device, options.dtype));
+  return std::shared_ptr<DeviceRuntime>(std::move(runtime));
+}
+
+namespace {
+
+Expected<Tensor> zeroed(const ExecContext& ctx, const Shape& shape, DType dtype, const char* what) {
+  auto t = Tensor::try_empty(shape, dtype, ctx.device);
+  if (!t) {
+    const DeviceMemory m = device_memory(ctx.device);
+    return make_error(t.status().code(), "cannot allocate the {} {} on {}: {} ({:.2f} GiB free)",
+                      what, shape_to_string(shape), ctx.device.to_string(), t.status().message(),
+                      static_cast<double>(m.free_bytes) / (1 << 30));
+  }
+  VLLM_RETURN_IF_ERROR(ops::zero(ctx, *t));
+  return *t;
+}
+
+}  // namespace
+
+Expected<ModelCache> allocate_cache(const ExecContext& ctx, const CacheConfig& config,
+                                    const CacheShapes& s) {
+  if (s.num_linear_layers > 0 && config.num_state_slots <= 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "CacheConfig.num_state_slots is {}; this hybrid model needs at least one "
+                      "GDN state slot per running request",
+                      config.num_state_slots);
+  }
+  ModelCache cache;
+  cache.config = config;
+  for (int64_t i = 0; i < s.num_attention_layers; ++i) {
+    VLLM_ASSIGN_OR_RETURN(Tensor kv, zeroed(ctx, {config.num_blocks, 2, config.block_size,
+                                                  s.num_kv_heads, s.head_dim},
+                                            ctx.act_dtype, "KV cache"));
+    cache.kv.push_back(std::move(kv));
+  }
+  for (int64_t i = 0; i < s.num_linear_layers; ++i) {
+    VLLM_ASSIGN_OR_RETURN(Tensor conv, zeroed(ctx, {config.num_state_slots, s.conv_dim,
+                                                    s.conv_kernel - 1},
+                                              DType::kF32, "GDN conv state"));
+    VLLM_ASSIGN_OR_RETURN(Tensor ssm, zeroed(ctx, {config.num_state_slots, s.num_value_heads,
+                                                   s.key_head_dim, s.value_head_dim},
+                                             DType::kF32, "GDN recurrent state"));
+    cache.conv_state.push_back(std::move(conv));
+    cache.ssm_state.push_back(std::move(ssm));
+  }
+  return cache;
+}
+
+}  // namespace vllm

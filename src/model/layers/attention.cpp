@@ -1,0 +1,87 @@
+#include "model/layers/attention.h"
+
+#include <cmath>
+
+#include "ops/ops.h"
+
+namespace vllm {
+namespace {
+
+// 1-D tensors of the parts, concatenated (biases).
+Expected<Tensor> concat_vectors(const std::vector<Tensor>& parts, const ExecContext& ctx) {
+  std::vector<Tensor> rows;
+  for (const Tensor& p : parts) rows.push_back(p.view({p.size(0), 1}));
+  VLLM_ASSIGN_OR_RETURN(Tensor out, concat_rows(rows, &ctx));
+  return out.view({out.size(0)});
+}
+
+}  // namespace
+
+Status AttentionLayer::load(WeightSource& w, const std::string& p, const AttentionSpec& spec,
+                            const ExecContext& ctx) {
+  spec_ = spec;
+  const int64_t hidden = spec.hidden_size, d = spec.head_dim;
+  const int64_t q_dim = spec.num_heads * d, kv_dim = spec.num_kv_heads * d;
+  const int64_t q_rows = spec.output_gate ? 2 * q_dim : q_dim;
+  VLLM_ASSIGN_OR_RETURN(Tensor q, w.get(p + "q_proj.weight", {q_rows, hidden}));
+  VLLM_ASSIGN_OR_RETURN(Tensor k, w.get(p + "k_proj.weight", {kv_dim, hidden}));
+  VLLM_ASSIGN_OR_RETURN(Tensor v, w.get(p + "v_proj.weight", {kv_dim, hidden}));
+  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
+    return make_error(ErrorCode::kUnsupported,
+                      "{}q_proj / k_proj / v_proj have dtypes {} / {} / {}; they must match", p,
+                      dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
+  }
+  VLLM_ASSIGN_OR_RETURN(qkv_, concat_rows({q, k, v}, &ctx));
+  VLLM_ASSIGN_OR_RETURN(o_proj_, w.get(p + "o_proj.weight", {hidden, q_dim}));
+  if (spec.bias) {
+    VLLM_ASSIGN_OR_RETURN(Tensor qb, w.get(p + "q_proj.bias", {q_rows}));
+    VLLM_ASSIGN_OR_RETURN(Tensor kb, w.get(p + "k_proj.bias", {kv_dim}));
+    VLLM_ASSIGN_OR_RETURN(Tensor vb, w.get(p + "v_proj.bias", {kv_dim}));
+    if (qb.dtype() != kb.dtype() || qb.dtype() != vb.dtype()) {
+      return make_error(ErrorCode::kUnsupported, "{}q/k/v biases must share one dtype", p);
+    }
+    VLLM_ASSIGN_OR_RETURN(qkv_bias_, concat_vectors({qb, kb, vb}, ctx));
+    if (w.contains(p + "o_proj.bias")) {
+      VLLM_ASSIGN_OR_RETURN(o_bias_, w.get(p + "o_proj.bias", {hidden}));
+    }
+  }
+  if (spec.qk_norm) {
+    VLLM_ASSIGN_OR_RETURN(q_norm_, w.get(p + "q_norm.weight", {d}));
+    VLLM_ASSIGN_OR_RETURN(k_norm_, w.get(p + "k_norm.weight", {d}));
+  }
+  return Status::ok();
+}
+
+Status AttentionLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in,
+                               const Tensor& cos_sin_cache, Tensor& kv_cache, Tensor& out) const {
+  const AttentionSpec& s = spec_;
+  const int64_t tokens = x.size(0), d = s.head_dim;
+  const int64_t q_dim = s.num_heads * d, kv_dim = s.num_kv_heads * d;
+  const int64_t q_rows = s.output_gate ? 2 * q_dim : q_dim;
+  VLLM_ASSIGN_OR_RETURN(Tensor qkv, ctx.act({tokens, q_rows + 2 * kv_dim}));
+  VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, qkv_, qkv_bias_, qkv));
+  Tensor k = qkv.slice(1, q_rows, q_rows + kv_dim);
+  Tensor v = qkv.slice(1, q_rows + kv_dim, q_rows + 2 * kv_dim);
+  Tensor q = qkv.slice(1, 0, q_dim), gate;
+  if (s.output_gate) {
+    VLLM_ASSIGN_OR_RETURN(q, ctx.act({tokens, q_dim}));
+    VLLM_ASSIGN_OR_RETURN(gate, ctx.act({tokens, q_dim}));
+    VLLM_RETURN_IF_ERROR(ops::split_q_gate(ctx, qkv.slice(1, 0, q_rows), d, q, gate));
+  }
+  ops::RopeArgs rope;
+  rope.head_size = d;
+  rope.is_neox = true;
+  rope.q_norm = q_norm_;
+  rope.k_norm = k_norm_;
+  rope.norm_eps = s.eps;
+  rope.norm_unit_offset = s.norm_unit_offset;
+  VLLM_RETURN_IF_ERROR(ops::rope(ctx, in.positions, q, k, cos_sin_cache, rope));
+  VLLM_RETURN_IF_ERROR(ops::reshape_and_cache(ctx, k, v, kv_cache, in.slot_mapping));
+  VLLM_ASSIGN_OR_RETURN(Tensor attn, ctx.act({tokens, q_dim}));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  VLLM_RETURN_IF_ERROR(ops::paged_attention(ctx, q, kv_cache, in.layout, scale, attn));
+  if (gate.defined()) VLLM_RETURN_IF_ERROR(ops::sigmoid_gate_mul(ctx, attn, gate));
+  return ops::linear(ctx, attn, o_proj_, o_bias_, out);
+}
+
+}  // namespace vllm

@@ -1,0 +1,50 @@
+// The attention block every model shares (Llama 3, Qwen3, and the full-attention layers of
+// the Qwen3.5 / Qwen3-Next hybrids):
+//   qkv = x @ [q | k | v]^T (+ bias)        one fused GEMM
+//   q, gate = split(q) when output_gate     Qwen3.5's gated attention (per head: q then gate)
+//   q, k = rope(rms_norm_per_head(q, k))    q/k norm where the model has it (Qwen3, Qwen3.5)
+//   cache[slot_mapping] = k, v
+//   a = paged_attention(q, cache)           causal over the request's cached context
+//   a *= sigmoid(gate)                      gated attention only
+//   out = a @ o_proj^T (+ bias)
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "model/step_inputs.h"
+#include "model/weights.h"
+#include "ops/exec_context.h"
+
+namespace vllm {
+
+struct AttentionSpec {
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  bool output_gate = false;       // q_proj also yields a per-head output gate
+  bool qk_norm = false;           // per-head RMSNorm of q and k
+  bool norm_unit_offset = false;  // (1 + w) norms
+  bool bias = false;              // q/k/v biases (and an o_proj bias if present)
+  float eps = 1e-6f;
+};
+
+class AttentionLayer {
+ public:
+  // Reads {prefix}q_proj / k_proj / v_proj / o_proj (.weight, .bias) and q_norm / k_norm.
+  Status load(WeightSource& w, const std::string& prefix, const AttentionSpec& spec,
+              const ExecContext& ctx);
+
+  // x [T, hidden] -> out [T, hidden]; kv_cache is this layer's cache.
+  Status forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in,
+                 const Tensor& cos_sin_cache, Tensor& kv_cache, Tensor& out) const;
+
+ private:
+  AttentionSpec spec_;
+  Tensor qkv_, qkv_bias_;  // [q_rows + 2 * kv_dim, hidden], [q_rows + 2 * kv_dim]
+  Tensor o_proj_, o_bias_;
+  Tensor q_norm_, k_norm_;
+};
+
+}  // namespace vllm

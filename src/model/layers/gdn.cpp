@@ -1,0 +1,94 @@
+#include "model/layers/gdn.h"
+
+#include <utility>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace vllm {
+
+Status GdnLayer::load(WeightSource& w, const std::string& a, const GdnSpec& spec,
+                      const ExecContext& ctx) {
+  spec_ = spec;
+  const int64_t hidden = spec.hidden_size, hk = spec.num_key_heads, hv = spec.num_value_heads;
+  const int64_t dk = spec.key_head_dim, dv = spec.value_head_dim;
+  const int64_t conv_dim = spec.conv_dim(), value_dim = spec.value_dim();
+  const int64_t group = hv / hk;
+  std::vector<Tensor> parts;
+  if (spec.fused_checkpoint) {
+    // Per key head h: [q_h (Dk) | k_h (Dk) | v of its group (G * Dv) | z of its group], and
+    // [b of its group (G) | a of its group (G)]. Regroup into q | k | v | z and b | a.
+    VLLM_ASSIGN_OR_RETURN(Tensor qkvz,
+                          w.get(a + "in_proj_qkvz.weight", {conv_dim + value_dim, hidden}));
+    VLLM_ASSIGN_OR_RETURN(Tensor ba, w.get(a + "in_proj_ba.weight", {2 * hv, hidden}));
+    const int64_t block = 2 * dk + 2 * group * dv;
+    for (int part = 0; part < 4; ++part) {
+      const int64_t offset = part == 0   ? 0
+                             : part == 1 ? dk
+                             : part == 2 ? 2 * dk
+                                         : 2 * dk + group * dv;
+      const int64_t size = part < 2 ? dk : group * dv;
+      for (int64_t h = 0; h < hk; ++h) {
+        parts.push_back(qkvz.slice(0, h * block + offset, h * block + offset + size));
+      }
+    }
+    for (int part = 0; part < 2; ++part) {
+      for (int64_t h = 0; h < hk; ++h) {
+        parts.push_back(ba.slice(0, h * 2 * group + part * group,
+                                 h * 2 * group + (part + 1) * group));
+      }
+    }
+  } else {
+    std::vector<std::pair<std::string, Shape>> names = {{"in_proj_qkv.weight", {conv_dim, hidden}},
+                                                        {"in_proj_z.weight", {value_dim, hidden}},
+                                                        {"in_proj_b.weight", {hv, hidden}},
+                                                        {"in_proj_a.weight", {hv, hidden}}};
+    for (const auto& [name, shape] : names) {
+      VLLM_ASSIGN_OR_RETURN(Tensor t, w.get(a + name, shape));
+      if (!parts.empty() && t.dtype() != parts[0].dtype()) {
+        return make_error(ErrorCode::kUnsupported,
+                          "tensor '{}{}' has dtype {} but '{}in_proj_qkv.weight' has {}; they "
+                          "must match",
+                          a, name, dtype_name(t.dtype()), a, dtype_name(parts[0].dtype()));
+      }
+      parts.push_back(t);
+    }
+  }
+  VLLM_ASSIGN_OR_RETURN(in_proj_, concat_rows(parts, &ctx));
+  const int64_t kernel = spec.conv_kernel;
+  VLLM_ASSIGN_OR_RETURN(Tensor conv, w.get(a + "conv1d.weight", {conv_dim, 1, kernel}));
+  conv_weight_ = conv.view({conv_dim, kernel});
+  VLLM_ASSIGN_OR_RETURN(A_log_, w.get(a + "A_log", {hv}));
+  VLLM_ASSIGN_OR_RETURN(dt_bias_, w.get(a + "dt_bias", {hv}));
+  VLLM_ASSIGN_OR_RETURN(norm_, w.get(a + "norm.weight", {dv}));
+  VLLM_ASSIGN_OR_RETURN(out_proj_, w.get(a + "out_proj.weight", {hidden, value_dim}));
+  return Status::ok();
+}
+
+Status GdnLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in,
+                         Tensor& conv_state, Tensor& ssm_state, Tensor& out) const {
+  const GdnSpec& s = spec_;
+  const int64_t tokens = x.size(0), hv = s.num_value_heads;
+  const int64_t key_dim = s.key_dim(), value_dim = s.value_dim(), conv_dim = s.conv_dim();
+  VLLM_ASSIGN_OR_RETURN(Tensor proj, ctx.act({tokens, conv_dim + value_dim + 2 * hv}));
+  VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_, Tensor(), proj));
+  Tensor z = proj.slice(1, conv_dim, conv_dim + value_dim);
+  Tensor b = proj.slice(1, conv_dim + value_dim, conv_dim + value_dim + hv);
+  Tensor a = proj.slice(1, conv_dim + value_dim + hv, conv_dim + value_dim + 2 * hv);
+
+  VLLM_ASSIGN_OR_RETURN(Tensor conv_out, ctx.act({tokens, conv_dim}));
+  VLLM_RETURN_IF_ERROR(ops::causal_conv1d(ctx, proj.slice(1, 0, conv_dim), conv_weight_, Tensor(),
+                                          in.layout, conv_state, conv_out));
+  VLLM_ASSIGN_OR_RETURN(Tensor g, ctx.alloc({tokens, hv}, DType::kF32));
+  VLLM_ASSIGN_OR_RETURN(Tensor beta, ctx.alloc({tokens, hv}, DType::kF32));
+  VLLM_RETURN_IF_ERROR(ops::gdn_gating(ctx, a, b, A_log_, dt_bias_, g, beta));
+  VLLM_ASSIGN_OR_RETURN(Tensor core, ctx.act({tokens, value_dim}));
+  VLLM_RETURN_IF_ERROR(ops::gated_delta_rule(
+      ctx, conv_out.slice(1, 0, key_dim), conv_out.slice(1, key_dim, 2 * key_dim),
+      conv_out.slice(1, 2 * key_dim, conv_dim), g, beta, in.layout, ops::DeltaRuleArgs{},
+      ssm_state, core));
+  VLLM_RETURN_IF_ERROR(ops::gated_rms_norm(ctx, core, z, norm_, s.eps, core));
+  return ops::linear(ctx, core, out_proj_, Tensor(), out);
+}
+
+}  // namespace vllm

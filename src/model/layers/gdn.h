@@ -1,0 +1,55 @@
+// The Gated DeltaNet mixer of the Qwen3.5 / Qwen3.6 / Qwen3-Next hybrids (transformers'
+// Qwen3_5GatedDeltaNet), over the op layer:
+//   [q | k | v | z | b | a] = x @ in_proj^T         one fused GEMM
+//   q, k, v = silu(causal_conv1d([q | k | v]))      continuing from the conv state
+//   g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
+//   o = gated_delta_rule(q, k, v, g, beta)           continuing from the recurrent state
+//   out = out_proj(rms_norm(o) * w * silu(z))        per value head
+// Checkpoints store the projections either as in_proj_qkv / in_proj_z / in_proj_b /
+// in_proj_a (Qwen3.5) or fused per key head as in_proj_qkvz / in_proj_ba (Qwen3-Next);
+// both load into the one row layout above.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "model/step_inputs.h"
+#include "model/weights.h"
+#include "ops/exec_context.h"
+
+namespace vllm {
+
+struct GdnSpec {
+  int64_t hidden_size = 0;
+  int64_t num_key_heads = 0;    // Hk
+  int64_t num_value_heads = 0;  // Hv, a multiple of Hk
+  int64_t key_head_dim = 0;     // Dk
+  int64_t value_head_dim = 0;   // Dv
+  int64_t conv_kernel = 0;      // K
+  float eps = 1e-6f;            // of the gated RMSNorm
+  bool fused_checkpoint = false;
+
+  int64_t key_dim() const { return num_key_heads * key_head_dim; }
+  int64_t value_dim() const { return num_value_heads * value_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+class GdnLayer {
+ public:
+  // prefix ends with "linear_attn.".
+  Status load(WeightSource& w, const std::string& prefix, const GdnSpec& spec,
+              const ExecContext& ctx);
+  // x [T, hidden] -> out [T, hidden]; conv_state / ssm_state are this layer's state tensors.
+  Status forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in,
+                 Tensor& conv_state, Tensor& ssm_state, Tensor& out) const;
+
+ private:
+  GdnSpec spec_;
+  Tensor in_proj_;      // [conv_dim + value_dim + 2 * Hv, hidden]: q | k | v | z | b | a
+  Tensor conv_weight_;  // [conv_dim, K]
+  Tensor A_log_, dt_bias_;  // [Hv]
+  Tensor norm_;             // [Dv]
+  Tensor out_proj_;         // [hidden, value_dim]
+};
+
+}  // namespace vllm

@@ -1,0 +1,28 @@
+// The dense SwiGLU MLP every model shares: out = down(silu(gate(x)) * up(x)), with gate and
+// up fused into one [2I, H] matrix (one GEMM).
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "model/weights.h"
+#include "ops/exec_context.h"
+
+namespace vllm {
+
+class MlpLayer {
+ public:
+  // Reads {prefix}gate_proj.weight, up_proj.weight [I, H] and down_proj.weight [H, I].
+  Status load(WeightSource& w, const std::string& prefix, int64_t hidden, int64_t intermediate,
+              const ExecContext& ctx);
+  // x [T, H] -> out [T, H].
+  Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
+
+  bool loaded() const { return down_.defined(); }
+
+ private:
+  Tensor gate_up_;  // [2I, H]: gate rows then up rows
+  Tensor down_;     // [H, I]
+};
+
+}  // namespace vllm

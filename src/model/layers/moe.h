@@ -1,0 +1,60 @@
+// The sparse mixture-of-experts MLP of Qwen3.5-MoE and Qwen3-Next: a softmax router over E
+// experts, the top-k experts' SwiGLU MLPs weighted by their (optionally renormalised)
+// probabilities, plus a shared expert whose output is scaled by sigmoid(shared_expert_gate(x)).
+//
+// The experts are kept stacked per layer on the model's device: gate_up [E, 2I, H] (each
+// expert's gate rows, then its up rows) and down [E, H, I]. Checkpoints ship them per expert
+// (mlp.experts.{e}.gate_proj.weight, ...: each copied into its place in the stack as it is
+// read, so no second host copy exists) or fused (mlp.experts.gate_up_proj [E, 2I, H],
+// mlp.experts.down_proj [E, H, I]: taken as they are). The shared expert's gate is one more row
+// of the router's matrix when their dtypes agree, so one GEMM gives both.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "model/layers/mlp.h"
+#include "model/weights.h"
+#include "ops/exec_context.h"
+#include "ops/ops.h"
+
+namespace vllm {
+
+struct MoeSpec {
+  int64_t hidden_size = 0;
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t intermediate_size = 0;         // per expert
+  int64_t shared_intermediate_size = 0;  // 0: no shared expert
+  bool renormalize = true;
+};
+
+class MoeLayer {
+ public:
+  // prefix ends with "mlp.". A checkpoint whose experts disagree with `spec` (count, shapes)
+  // fails naming the tensor.
+  Status load(WeightSource& w, const std::string& prefix, const MoeSpec& spec,
+              const ExecContext& ctx);
+  // x [T, H] -> out [T, H].
+  Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
+  // The router alone: logits F32 [T, E (+ 1: the shared gate's logit)], topk_weights F32 and
+  // topk_ids I64 [T, top_k], all from ctx's workspace.
+  struct Routing {
+    Tensor logits, topk_weights, topk_ids;
+  };
+  Expected<Routing> route(const ExecContext& ctx, const Tensor& x) const;
+
+  const ops::MoeWeights& experts() const { return experts_; }
+
+ private:
+  Status load_experts(WeightSource& w, const std::string& prefix, const ExecContext& ctx);
+
+  MoeSpec spec_;
+  Tensor router_;       // [E, H], or [E + 1, H] with the shared expert's gate as row E
+  Tensor shared_gate_;  // [1, H] when it could not join the router (another dtype)
+  bool gate_in_router_ = false;
+  ops::MoeWeights experts_;
+  MlpLayer shared_;
+};
+
+}  // namespace vllm

@@ -1,0 +1,130 @@
+// Gated DeltaNet and mixture-of-experts ops of the op layer (ops.h).
+#include "backend/cpu/gates.h"
+#include "backend/cpu/gdn.h"
+#include "backend/cpu/moe.h"
+#include "backend/cpu/ops.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+#if VLLM_WITH_CUDA
+#include "backend/cuda/gdn.cuh"
+#include "backend/cuda/moe.cuh"
+#endif
+
+namespace vllm::ops {
+
+using detail::unsupported;
+#if VLLM_WITH_CUDA
+using detail::stream;
+
+namespace {
+cuda::GdnBatch cuda_batch(const BatchLayout& layout) {
+  cuda::GdnBatch b;
+  b.query_start_loc = layout.query_start_loc_device;
+  b.state_indices = layout.state_indices_device;
+  b.max_query_len = layout.max_query_len;
+  return b;
+}
+}  // namespace
+#endif
+
+Status causal_conv1d(const ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                     const Tensor& bias, const BatchLayout& layout, Tensor& conv_state,
+                     Tensor& out) {
+  if (out.device().is_cpu()) {
+    return cpu::causal_conv1d(x, weight, bias, cpu::GdnBatch{layout.query_start_loc,
+                                                             layout.state_indices},
+                              conv_state, out);
+  }
+#if VLLM_WITH_CUDA
+  if (out.device().is_cuda()) {
+    return cuda::causal_conv1d(x, weight, bias, cuda_batch(layout), conv_state, out, stream(ctx));
+  }
+#endif
+  return unsupported("causal_conv1d", out);
+}
+
+Status gdn_gating(const ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                  const Tensor& dt_bias, Tensor& g, Tensor& beta) {
+  if (g.device().is_cpu()) return cpu::gdn_gating(a, b, A_log, dt_bias, g, beta);
+#if VLLM_WITH_CUDA
+  if (g.device().is_cuda()) return cuda::gdn_gating(a, b, A_log, dt_bias, g, beta, stream(ctx));
+#endif
+  return unsupported("gdn_gating", g);
+}
+
+Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& g, const Tensor& beta, const BatchLayout& layout,
+                        const DeltaRuleArgs& args, Tensor& state, Tensor& out) {
+  if (out.device().is_cpu()) {
+    cpu::GatedDeltaRuleParams p;
+    p.use_qk_l2norm = args.use_qk_l2norm;
+    p.l2norm_eps = args.l2norm_eps;
+    p.scale = args.scale;
+    return cpu::gated_delta_rule(q, k, v, g, beta,
+                                 cpu::GdnBatch{layout.query_start_loc, layout.state_indices}, p,
+                                 state, out);
+  }
+#if VLLM_WITH_CUDA
+  if (out.device().is_cuda()) {
+    cuda::GatedDeltaRuleParams p;
+    p.use_qk_l2norm = args.use_qk_l2norm;
+    p.l2norm_eps = args.l2norm_eps;
+    p.scale = args.scale;
+    return cuda::gated_delta_rule(q, k, v, g, beta, cuda_batch(layout), p, state, out,
+                                  stream(ctx));
+  }
+#endif
+  return unsupported("gated_delta_rule", out);
+}
+
+Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
+                      const Tensor& weight, float eps, Tensor& out) {
+  if (out.device().is_cpu()) return cpu::gated_rms_norm(x, z, weight, eps, out);
+#if VLLM_WITH_CUDA
+  if (out.device().is_cuda()) return cuda::gated_rms_norm(x, z, weight, eps, out, stream(ctx));
+#endif
+  return unsupported("gated_rms_norm", out);
+}
+
+Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t top_k,
+                 bool renormalize, Tensor& topk_weights, Tensor& topk_ids) {
+  if (topk_weights.device().is_cpu()) {
+    return cpu::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids);
+  }
+#if VLLM_WITH_CUDA
+  if (topk_weights.device().is_cuda()) {
+    return cuda::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids,
+                           stream(ctx));
+  }
+#endif
+  return unsupported("moe_route", topk_weights);
+}
+
+Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,
+                   const Tensor& topk_weights, const Tensor& topk_ids,
+                   const MoeSharedExpert& shared, Tensor& out) {
+  if (out.device().is_cpu()) {
+    VLLM_RETURN_IF_ERROR(cpu::moe_experts(
+        x, cpu::experts_from_stacked(experts.gate_up, experts.down), topk_weights, topk_ids, out));
+    if (!shared.out.defined()) return Status::ok();
+    VLLM_ASSIGN_OR_RETURN(Tensor gate, detail::contiguous(ctx, shared.gate));
+    return cpu::add_sigmoid_gated(out, shared.out, gate);
+  }
+#if VLLM_WITH_CUDA
+  if (out.device().is_cuda()) {
+    cuda::MoeExpertsArgs args;
+    args.gate_up = experts.gate_up;
+    args.down = experts.down;
+    args.shared_out = shared.out;
+    args.shared_gate = shared.gate;
+    VLLM_ASSIGN_OR_RETURN(size_t bytes, cuda::moe_experts_scratch_bytes(x, topk_ids, args));
+    VLLM_ASSIGN_OR_RETURN(Tensor scratch,
+                          ctx.alloc({static_cast<int64_t>(bytes)}, DType::kU8));
+    return cuda::moe_experts(x, topk_weights, topk_ids, args, scratch, out, stream(ctx));
+  }
+#endif
+  return unsupported("moe_experts", out);
+}
+
+}  // namespace vllm::ops

@@ -1,0 +1,134 @@
+// The op layer: the only code that knows both backends. Models call these; each dispatches
+// on the output tensor's device to the CPU reference op (src/backend/cpu, F32 activations)
+// or the CUDA op (src/backend/cuda, BF16/F32 activations). Semantics are the CPU ops'
+// (see their headers); this layer adds the few ops the models used to run as host loops.
+// An op without a kernel for a device returns kUnsupported naming the op and device, never
+// a silent host fallback.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "ops/exec_context.h"
+#include "tensor/tensor.h"
+
+namespace vllm::ops {
+
+// ---- Data movement ----------------------------------------------------------------------
+
+// dst = src elementwise for tensors of one dtype and shape on any devices (host <-> device,
+// device <-> device, host <-> host). src and dst contiguous, or 2-D with row strides.
+// Queued on ctx's stream; a copy to the host waits for it.
+Status copy(const ExecContext& ctx, const Tensor& src, Tensor& dst);
+// A new tensor on ctx.device from the workspace holding `host`'s elements.
+Expected<Tensor> to_device(const ExecContext& ctx, const Tensor& host);
+// A new tensor of its own on ctx.device (not the workspace: for load time) holding `host`'s
+// elements; on the CPU, `host` itself.
+Expected<Tensor> upload(const ExecContext& ctx, const Tensor& host);
+// A new contiguous CPU tensor holding `t`'s elements (waits for the stream).
+Expected<Tensor> to_host(const ExecContext& ctx, const Tensor& t);
+// dst = src converted between F32 / BF16 / F16 (same shape, contiguous, same device).
+Status convert(const ExecContext& ctx, const Tensor& src, Tensor& dst);
+// Zeroes a contiguous tensor.
+Status zero(const ExecContext& ctx, Tensor& t);
+// Uniform values in [low, high) from a seeded counter-based generator.
+Status fill_uniform(const ExecContext& ctx, Tensor& t, float low, float high, uint64_t seed);
+
+// ---- Decoder ops --------------------------------------------------------------------------
+
+Status embedding(const ExecContext& ctx, const Tensor& token_ids, const Tensor& table, Tensor& out);
+Status rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps,
+                bool unit_offset, Tensor& out);
+Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual,
+                          const Tensor& weight, float eps, bool unit_offset);
+Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src);
+Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out);
+// out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits).
+Status linear(const ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+              Tensor& out);
+
+struct RopeArgs {
+  int64_t head_size = 0;
+  bool is_neox = true;
+  // Per-head RMSNorm of q and k before the rotation (Qwen3, Qwen3.5); undefined: none.
+  Tensor q_norm, k_norm;
+  float norm_eps = 1e-6f;
+  bool norm_unit_offset = false;
+};
+// In place on query [T, Hq * D] and key [T, Hk * D] (row strides allowed).
+Status rope(const ExecContext& ctx, const Tensor& positions, Tensor& query, Tensor& key,
+            const Tensor& cos_sin_cache, const RopeArgs& args);
+
+Status reshape_and_cache(const ExecContext& ctx, const Tensor& key, const Tensor& value,
+                         Tensor& kv_cache, const Tensor& slot_mapping);
+
+// The batch layout attention and GDN ops need, on the host and on ctx.device.
+struct BatchLayout {
+  std::span<const int32_t> query_start_loc;  // [R + 1] host
+  std::span<const int32_t> seq_lens;         // [R] host
+  std::span<const int32_t> state_indices;    // [R] host (hybrid models)
+  Tensor query_start_loc_device;             // I32 [R + 1]
+  Tensor seq_lens_device;                    // I32 [R]
+  Tensor state_indices_device;               // I32 [R]
+  Tensor block_tables;                       // I32 [R, max_blocks]
+  int32_t max_query_len = 0;
+  int32_t max_seq_len = 0;
+};
+
+Status paged_attention(const ExecContext& ctx, const Tensor& query, const Tensor& kv_cache,
+                       const BatchLayout& layout, float scale, Tensor& out);
+
+// Gated attention: q_gate [T, Hq * 2D] (per head D query then D gate values) -> query, gate.
+Status split_q_gate(const ExecContext& ctx, const Tensor& q_gate, int64_t head_dim, Tensor& query,
+                    Tensor& gate);
+// x *= sigmoid(gate).
+Status sigmoid_gate_mul(const ExecContext& ctx, Tensor& x, const Tensor& gate);
+// out[t, :] += sigmoid(gate[t]) * x[t, :].
+Status add_sigmoid_gated(const ExecContext& ctx, Tensor& out, const Tensor& x, const Tensor& gate);
+// out[i, :] = x[rows[i], :]; rows I64 on ctx.device. out may be F32 for a BF16 x.
+Status gather_rows(const ExecContext& ctx, const Tensor& x, const Tensor& rows, Tensor& out);
+// Zeroes state[s] for each s in slots (I32 on ctx.device; host copy for the CPU path).
+Status zero_slots(const ExecContext& ctx, Tensor& state, const Tensor& slots);
+
+// ---- Gated DeltaNet -------------------------------------------------------------------------
+
+Status causal_conv1d(const ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                     const Tensor& bias, const BatchLayout& layout, Tensor& conv_state,
+                     Tensor& out);
+Status gdn_gating(const ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                  const Tensor& dt_bias, Tensor& g, Tensor& beta);
+struct DeltaRuleArgs {
+  bool use_qk_l2norm = true;
+  float l2norm_eps = 1e-6f;
+  float scale = 0.0f;  // 0: 1 / sqrt(Dk)
+};
+Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& g, const Tensor& beta, const BatchLayout& layout,
+                        const DeltaRuleArgs& args, Tensor& state, Tensor& out);
+Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
+                      const Tensor& weight, float eps, Tensor& out);
+
+// ---- Mixture of experts ---------------------------------------------------------------------
+
+// router_logits F32 [T, E] (row stride allowed) -> topk_weights F32 [T, k], topk_ids I64 [T, k].
+Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t top_k,
+                 bool renormalize, Tensor& topk_weights, Tensor& topk_ids);
+
+// A layer's experts, stacked: the layout the model keeps on every device.
+struct MoeWeights {
+  Tensor gate_up;  // [E, 2I, H]: expert e's gate rows [0, I), then its up rows [I, 2I)
+  Tensor down;     // [E, H, I]
+};
+// The shared expert's contribution, which moe_experts adds: sigmoid(gate[t]) * out[t].
+struct MoeSharedExpert {
+  Tensor out;   // [T, H] in x's dtype; undefined: no shared expert
+  Tensor gate;  // [T, 1] logits, F32 or x's dtype (row stride allowed)
+};
+// out[t] = sum_i topk_weights[t, i] * expert_{topk_ids[t, i]}(x[t]) (+ the shared expert).
+Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,
+                   const Tensor& topk_weights, const Tensor& topk_ids,
+                   const MoeSharedExpert& shared, Tensor& out);
+
+}  // namespace vllm::ops

@@ -1,0 +1,241 @@
+// The engine core on CUDA (BF16) on the golden checkpoints: chunked prefill next to
+// decodes, batches of mixed requests, preemption and resumption give each request the greedy
+// tokens it gets alone -- up to the first step where the alone run's top-2 log-prob margin is
+// below 0.05 (BF16 rounding may flip a near-tie) -- and every KV block and GDN state slot is
+// free at the end. Seeded sampling is reproducible whatever the batch. The demo model's
+// greedy continuation on CUDA follows the CPU's. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/runtime.h"
+#include "engine/engine_core.h"
+#include "tokenizer/tokenizer.h"
+
+namespace vllm::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr float kMargin = 0.05f;
+
+std::unique_ptr<EngineCore> make_engine(const std::string& name, EngineConfig config) {
+  LoadOptions options;
+  options.device = Device::cuda();
+  options.dtype = DType::kBF16;
+  auto model = load_model(fs::path(VLLM_SOURCE_DIR) / "tests" / "golden" / name, options);
+  EXPECT_TRUE(model.has_value()) << model.status().to_string();
+  if (!model.has_value()) return nullptr;
+  config.scheduler.max_model_len = 256;
+  if (config.kv_cache_memory_bytes == 0) config.kv_cache_memory_bytes = 8 << 20;
+  if (config.scheduler.max_num_seqs == 256) config.scheduler.max_num_seqs = 32;
+  auto core = EngineCore::create(std::move(*model), config, {});
+  EXPECT_TRUE(core.has_value()) << core.status().to_string();
+  return core.has_value() ? std::move(*core) : nullptr;
+}
+
+struct Job {
+  std::string id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<float> margins;  // top-1 minus top-2 logprob per generated token
+  RequestStatus status = RequestStatus::kRunning;
+};
+
+std::map<std::string, Result> run(EngineCore& core, const std::vector<Job>& jobs) {
+  for (const Job& job : jobs) {
+    Status s = core.add_request(job.id, job.prompt, job.params);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+  }
+  std::map<std::string, Result> results;
+  for (int step = 0; core.has_unfinished_requests() && step < 10000; ++step) {
+    auto outputs = core.step();
+    EXPECT_TRUE(outputs.has_value()) << outputs.status().to_string();
+    if (!outputs.has_value()) break;
+    for (const EngineCoreOutput& o : *outputs) {
+      Result& r = results[o.request_id];
+      r.tokens.insert(r.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      for (const TokenLogprobs& lp : o.new_logprobs) {
+        r.margins.push_back(lp.top_logprobs.size() >= 2 ? lp.top_logprobs[0] - lp.top_logprobs[1]
+                                                        : 1e9f);
+      }
+      if (o.finished()) r.status = o.status;
+    }
+  }
+  const EngineStats stats = core.stats();
+  EXPECT_EQ(stats.num_free_blocks, stats.num_usable_blocks) << "blocks leaked";
+  EXPECT_EQ(stats.num_free_state_slots, stats.num_state_slots) << "state slots leaked";
+  EXPECT_EQ(stats.num_running + stats.num_waiting, 0u);
+  return results;
+}
+
+std::vector<Job> greedy_jobs(int count, int64_t vocab, uint32_t seed, int max_tokens) {
+  std::mt19937 rng(seed);
+  std::vector<Job> jobs;
+  for (int i = 0; i < count; ++i) {
+    Job job;
+    job.id = "req-" + std::to_string(i);
+    const int len = 3 + static_cast<int>(rng() % 60);
+    for (int t = 0; t < len; ++t) job.prompt.push_back(static_cast<int32_t>(rng() % vocab));
+    job.params.temperature = 0.0;
+    job.params.max_tokens = max_tokens;
+    job.params.ignore_eos = true;
+    job.params.logprobs = 2;
+    jobs.push_back(job);
+  }
+  return jobs;
+}
+
+// Tokens equal to the alone run's up to its first near-tie; returns how many were compared.
+int64_t expect_same_up_to_margin(const Result& got, const Result& alone, const std::string& what) {
+  int64_t compared = 0;
+  for (size_t i = 0; i < alone.tokens.size(); ++i) {
+    if (i >= got.tokens.size()) {
+      ADD_FAILURE() << what << ": only " << got.tokens.size() << " tokens";
+      break;
+    }
+    EXPECT_EQ(got.tokens[i], alone.tokens[i]) << what << " token " << i;
+    if (got.tokens[i] != alone.tokens[i]) break;
+    ++compared;
+    if (i < alone.margins.size() && alone.margins[i] < kMargin) break;
+  }
+  return compared;
+}
+
+class EngineCuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA engine tests skipped";
+  }
+};
+
+TEST_P(EngineCuda, MixedBatchWithChunkedPrefillMatchesAlone) {
+  EngineConfig config;
+  config.scheduler.max_num_seqs = 8;
+  config.scheduler.max_num_batched_tokens = 64;  // chunked prefills next to decodes
+  auto core = make_engine(GetParam(), config);
+  ASSERT_TRUE(core);
+  const auto jobs = greedy_jobs(24, core->model_config().vocab_size, 11, 10);
+  auto together = run(*core, jobs);
+  int64_t compared = 0;
+  for (const Job& job : jobs) {
+    auto alone_core = make_engine(GetParam(), EngineConfig{});
+    auto alone = run(*alone_core, {job});
+    EXPECT_EQ(together[job.id].tokens.size(), 10u);
+    EXPECT_EQ(together[job.id].status, RequestStatus::kFinishedLengthCapped);
+    compared += expect_same_up_to_margin(together[job.id], alone[job.id], GetParam() + " " + job.id);
+  }
+  EXPECT_GE(compared, 24) << "the margin rule left too few tokens to compare";
+  std::printf("%s: %lld greedy tokens compared\n", GetParam().c_str(),
+              static_cast<long long>(compared));
+}
+
+TEST_P(EngineCuda, PreemptionKeepsOutputs) {
+  EngineConfig small;
+  small.block_size = 4;
+  small.num_gpu_blocks_override = 24;
+  small.scheduler.max_num_seqs = 8;
+  auto core = make_engine(GetParam(), small);
+  ASSERT_TRUE(core);
+  const auto jobs = greedy_jobs(8, core->model_config().vocab_size, 5, 12);
+  auto results = run(*core, jobs);
+  EXPECT_GT(core->stats().num_preemptions, 0);
+  for (const Job& job : jobs) {
+    auto alone_core = make_engine(GetParam(), EngineConfig{});
+    auto alone = run(*alone_core, {job});
+    expect_same_up_to_margin(results[job.id], alone[job.id], GetParam() + " " + job.id);
+  }
+}
+
+TEST_P(EngineCuda, SeededSamplingIgnoresBatchComposition) {
+  auto core = make_engine(GetParam(), EngineConfig{});
+  ASSERT_TRUE(core);
+  auto jobs = greedy_jobs(5, core->model_config().vocab_size, 8, 10);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].params.temperature = 1.0;
+    jobs[i].params.top_p = 0.9;
+    jobs[i].params.top_k = 50;
+    jobs[i].params.seed = 1000 + static_cast<int64_t>(i);
+  }
+  auto together = run(*core, jobs);
+  for (const Job& job : jobs) {
+    auto alone_core = make_engine(GetParam(), EngineConfig{});
+    auto alone = run(*alone_core, {job});
+    EXPECT_EQ(together[job.id].tokens, alone[job.id].tokens) << job.id;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, EngineCuda,
+                         ::testing::Values("llama", "qwen3", "qwen3_5_dense", "qwen3_5_moe",
+                                           "qwen3_next"));
+
+// The demo model's greedy continuation of the README prompt on CUDA (BF16) equals the CPU's
+// (F32, the reference) up to the first step where the CPU run's top-2 margin is below 0.05.
+TEST(DemoModelCuda, GreedyContinuationMatchesCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const fs::path dir = fs::path(VLLM_SOURCE_DIR) / "models" / "qwen35-moe-demo";
+  auto tokenizer = Tokenizer::from_file(dir);
+  ASSERT_TRUE(tokenizer.has_value()) << tokenizer.status().to_string();
+  auto prompt = tokenizer->encode("def fibonacci(n):", /*add_special_tokens=*/true);
+  ASSERT_TRUE(prompt.has_value()) << prompt.status().to_string();
+  Job job;
+  job.id = "fibonacci";
+  job.prompt = *prompt;
+  job.params.temperature = 0.0;
+  job.params.max_tokens = 64;
+  job.params.ignore_eos = true;
+  job.params.logprobs = 2;
+  std::map<std::string, Result> results[2];
+  for (int on_cuda = 0; on_cuda < 2; ++on_cuda) {
+    LoadOptions options;
+    options.device = on_cuda ? Device::cuda() : Device::cpu();
+    options.dtype = on_cuda ? DType::kBF16 : DType::kF32;
+    auto model = load_model(dir, options);
+    ASSERT_TRUE(model.has_value()) << model.status().to_string();
+    EngineConfig config;
+    config.scheduler.max_model_len = 256;
+    config.kv_cache_memory_bytes = 16 << 20;
+    auto core = EngineCore::create(std::move(*model), config, {});
+    ASSERT_TRUE(core.has_value()) << core.status().to_string();
+    results[on_cuda] = run(**core, {job});
+  }
+  const Result& cpu = results[0][job.id];
+  const Result& gpu = results[1][job.id];
+  ASSERT_EQ(cpu.tokens.size(), 64u);
+  const int64_t compared = expect_same_up_to_margin(gpu, cpu, "demo model on CUDA");
+  EXPECT_GE(compared, 8) << "the margin rule left too few tokens to compare";
+  auto text = tokenizer->decode(gpu.tokens, DecodeOptions{});
+  std::printf("demo model on CUDA: %lld greedy tokens equal to the CPU's; def fibonacci(n):%s\n",
+              static_cast<long long>(compared), text.has_value() ? text->c_str() : "?");
+}
+
+// --gpu-memory-utilization sizes the KV cache from the device's free memory after a
+// profiling step.
+TEST(EngineCudaMemory, UtilizationSizesTheCache) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  LoadOptions options;
+  options.device = Device::cuda();
+  options.dtype = DType::kBF16;
+  auto model =
+      load_model(fs::path(VLLM_SOURCE_DIR) / "tests" / "golden" / "qwen3_5_dense", options);
+  ASSERT_TRUE(model.has_value()) << model.status().to_string();
+  EngineConfig config;
+  config.scheduler.max_model_len = 256;
+  config.gpu_memory_utilization = 0.05;
+  auto core = EngineCore::create(std::move(*model), config, {});
+  ASSERT_TRUE(core.has_value()) << core.status().to_string();
+  const EngineStats stats = (*core)->stats();
+  EXPECT_GT(stats.num_usable_blocks, 1000);
+  EXPECT_EQ(stats.num_state_slots, config.scheduler.max_num_seqs);
+}
+
+}  // namespace
+}  // namespace vllm::engine

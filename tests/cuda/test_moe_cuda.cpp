@@ -1,0 +1,421 @@
+// Backend parity for the MoE ops (backend/cuda/moe.cuh): cuda::moe_route against
+// cpu::moe_route, and cuda::moe_experts on each of its paths (gather GEMV, grouped GEMM with 32-
+// and 128-row tiles, and the automatic choice) against cpu::moe_experts plus the shared
+// expert's cpu::add_sigmoid_gated, on random inputs.
+//
+// Shapes: Qwen3.5-35B-A3B (hidden 2048, 256 experts of 512, top-8) from one token to a
+// prefill of 1100, Qwen3-Next-80B (512 experts, top-10), the golden checkpoints' odd ones
+// (hidden 56 / 60, intermediate 40, 10 / 6 experts), the demo model's, and top-k 1..10.
+// Routings: random, a few experts for the whole batch (most get no token), one expert in
+// every token. Outputs start as NaN and the scratch as 0x7F bytes (huge values), so an
+// unwritten output or a read of an unwritten intermediate fails; sliced operands check row
+// strides and that columns outside the output stay untouched.
+//
+// BF16 runs compare with the CPU ops in f32 on the same (bf16) values: relative L2 <= 1e-2
+// (the SiLU product and each expert output are rounded to bf16 once). F32: 1e-5. Router ids
+// must be equal: logits are multiples of 1/64, so ties are exact (the lower id wins on both
+// backends) and distinct values are never within rounding of each other. Without a GPU every
+// test is skipped.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cpu/gates.h"
+#include "backend/cpu/moe.h"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/moe.cuh"
+#include "cuda_device_util.h"
+#include "cuda_test_util.h"
+
+namespace vllm {
+namespace {
+
+using cuda_test::fill_nan;
+using cuda_test::kAligned;
+using cuda_test::kContiguous;
+using cuda_test::kUnaligned;
+using cuda_test::Layout;
+using cuda_test::nan_operand;
+using cuda_test::Operand;
+using cuda_test::random_operand;
+using cuda_test::random_tensor;
+using cuda_test::relative_l2;
+using cuda_test::to_device;
+using cuda_test::to_f32;
+using cuda_test::to_host;
+using cuda_test::to_host_f32;
+
+constexpr cudaStream_t kStream = nullptr;
+
+#define ASSERT_OK(expr)                                  \
+  do {                                                   \
+    ::vllm::Status status_ = (expr);                     \
+    ASSERT_TRUE(status_.is_ok()) << status_.to_string(); \
+  } while (0)
+
+double tolerance(DType dtype) {
+  return dtype == DType::kF32 ? 1e-5 : 1e-2;
+}
+
+class MoeCuda : public cuda_test::CudaTest {
+ protected:
+  std::mt19937 rng_{20250414};
+};
+
+// Multiples of 1/64 in [-8, 8): exact ties are common, distinct values far apart.
+Tensor quantised_logits(int64_t rows, int64_t cols, std::mt19937& rng) {
+  Tensor t = Tensor::empty({rows, cols}, DType::kF32);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    t.data<float>()[i] = static_cast<float>(static_cast<int>(rng() % 1024) - 512) / 64.0f;
+  }
+  return t;
+}
+
+::testing::AssertionResult same_ids(const Tensor& got, const Tensor& ref) {
+  if (!got.defined() || got.shape() != ref.shape()) return ::testing::AssertionFailure() << "shape";
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    if (got.data<int64_t>()[i] != ref.data<int64_t>()[i]) {
+      return ::testing::AssertionFailure()
+             << "id " << i << " (token " << i / ref.size(1) << ", slot " << i % ref.size(1)
+             << ") is " << got.data<int64_t>()[i] << ", expected " << ref.data<int64_t>()[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+Tensor i64_filled(const Shape& shape, int64_t value) {
+  Tensor t = Tensor::empty(shape, DType::kI64);
+  std::fill_n(t.data<int64_t>(), t.numel(), value);
+  return t;
+}
+
+// ---- moe_route -----------------------------------------------------------------------------
+
+struct RouteCase {
+  std::string name;
+  int64_t tokens, experts, top_k;
+};
+
+const RouteCase kRouteCases[] = {
+    {"golden qwen3_5_moe", 37, 10, 3}, {"golden qwen3_next", 37, 6, 2},
+    {"demo model", 50, 8, 2},          {"Qwen3.5-35B-A3B", 300, 256, 8},
+    {"Qwen3-Next-80B", 300, 512, 10},  {"top-1 of 64", 20, 64, 1},
+    {"top-32 of 1024", 40, 1024, 32},  {"one expert", 5, 1, 1},
+    {"odd: top-5 of 33", 77, 33, 5},   {"all experts: top-8 of 8", 9, 8, 8},
+};
+
+TEST_F(MoeCuda, RouteMatchesCpu) {
+  for (const RouteCase& c : kRouteCases) {
+    for (bool renormalize : {false, true}) {
+      SCOPED_TRACE(c.name + (renormalize ? ", renormalised" : ""));
+      const int64_t t = c.tokens, e = c.experts, k = c.top_k;
+      // The router's E columns of a [T, E + 1] GEMM output, as the model passes them.
+      Tensor logits = quantised_logits(t, e + 1, rng_);
+      Tensor ref_w = Tensor::empty({t, k}, DType::kF32);
+      Tensor ref_ids = Tensor::empty({t, k}, DType::kI64);
+      ASSERT_OK(cpu::moe_route(logits.slice(1, 0, e), k, renormalize, ref_w, ref_ids));
+      Tensor logits_gpu = to_device(logits);
+      Tensor w = to_device(fill_nan({t, k}, DType::kF32));
+      Tensor ids = to_device(i64_filled({t, k}, -7));
+      ASSERT_OK(cuda::moe_route(logits_gpu.slice(1, 0, e), k, renormalize, w, ids, kStream));
+      EXPECT_TRUE(same_ids(to_host(ids), ref_ids));
+      EXPECT_TRUE(relative_l2(to_host_f32(w), ref_w, 1e-5));
+    }
+  }
+}
+
+// NaN or +inf anywhere, or -inf everywhere, gives NaN probabilities (ids 0..k-1, NaN
+// weights) on both backends; a -inf among finite logits is a zero probability.
+TEST_F(MoeCuda, RouteNonFiniteRowsMatchCpu) {
+  const int64_t tokens = 6, experts = 12, k = 4;
+  Tensor logits = quantised_logits(tokens, experts, rng_);
+  float* l = logits.data<float>();
+  l[0 * experts + 3] = NAN;
+  l[1 * experts + 2] = INFINITY;
+  for (int64_t e = 0; e < experts; ++e) l[2 * experts + e] = -INFINITY;
+  l[3 * experts + 5] = -INFINITY;
+  l[5 * experts + 1] = INFINITY;
+  l[5 * experts + 9] = INFINITY;
+  for (bool renormalize : {false, true}) {
+    Tensor ref_w = Tensor::empty({tokens, k}, DType::kF32);
+    Tensor ref_ids = Tensor::empty({tokens, k}, DType::kI64);
+    ASSERT_OK(cpu::moe_route(logits, k, renormalize, ref_w, ref_ids));
+    Tensor w = to_device(fill_nan({tokens, k}, DType::kF32));
+    Tensor ids = to_device(i64_filled({tokens, k}, -7));
+    ASSERT_OK(cuda::moe_route(to_device(logits), k, renormalize, w, ids, kStream));
+    EXPECT_TRUE(same_ids(to_host(ids), ref_ids));
+    Tensor got = to_host_f32(w);
+    for (int64_t i = 0; i < ref_w.numel(); ++i) {
+      const float g = got.data<float>()[i], r = ref_w.data<float>()[i];
+      EXPECT_TRUE((std::isnan(g) && std::isnan(r)) || std::abs(g - r) <= 1e-6f)
+          << "weight " << i << ": " << g << " vs " << r;
+    }
+  }
+}
+
+TEST_F(MoeCuda, RouteRejectsBadArguments) {
+  Tensor logits = to_device(quantised_logits(4, 8, rng_));
+  Tensor w = to_device(fill_nan({4, 9}, DType::kF32));
+  Tensor ids = to_device(i64_filled({4, 9}, 0));
+  EXPECT_FALSE(cuda::moe_route(logits, 9, true, w, ids, kStream).is_ok());  // k > E
+  Tensor big = to_device(quantised_logits(2, 1025, rng_));
+  Tensor w2 = to_device(fill_nan({2, 2}, DType::kF32));
+  Tensor ids2 = to_device(i64_filled({2, 2}, 0));
+  EXPECT_EQ(cuda::moe_route(big, 2, true, w2, ids2, kStream).code(), ErrorCode::kUnsupported);
+}
+
+// ---- moe_experts ---------------------------------------------------------------------------
+
+enum class Dist {
+  kRandom,        // each token: k distinct experts drawn from all E
+  kFewExperts,    // the batch draws from k + 1 experts: most experts get no token
+  kOneExpertAll,  // expert E - 1 in every token (at a random slot)
+};
+
+// Random routing: ids I64 [T, k] (distinct per token) and positive weights summing to 1.
+std::pair<Tensor, Tensor> make_routing(int64_t tokens, int64_t experts, int64_t k, Dist dist,
+                                       std::mt19937& rng) {
+  Tensor ids = Tensor::empty({tokens, k}, DType::kI64);
+  Tensor weights = Tensor::empty({tokens, k}, DType::kF32);
+  std::vector<int64_t> all(static_cast<size_t>(experts));
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  std::vector<int64_t> pool = all;
+  if (dist == Dist::kFewExperts) pool.resize(static_cast<size_t>(std::min(experts, k + 1)));
+  std::uniform_real_distribution<float> u(0.1f, 1.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(pool.begin(), pool.end(), rng);
+    std::vector<int64_t> pick(pool.begin(), pool.begin() + k);
+    if (dist == Dist::kOneExpertAll &&
+        std::find(pick.begin(), pick.end(), experts - 1) == pick.end()) {
+      pick[rng() % static_cast<size_t>(k)] = experts - 1;
+    }
+    float sum = 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+      ids.data<int64_t>()[t * k + i] = pick[static_cast<size_t>(i)];
+      sum += weights.data<float>()[t * k + i] = u(rng);
+    }
+    for (int64_t i = 0; i < k; ++i) weights.data<float>()[t * k + i] /= sum;
+  }
+  return {weights, ids};
+}
+
+// Stacked experts on the device (uniform, variance-preserving scales) and a host copy for
+// the CPU op. Kept across tests: the 512-expert set is 3 GiB.
+struct ExpertSet {
+  Tensor gate_up, down;            // device
+  Tensor host_gate_up, host_down;  // host, same dtype
+};
+
+const ExpertSet& expert_set(int64_t experts, int64_t hidden, int64_t inter, DType dtype) {
+  static std::map<std::tuple<int64_t, int64_t, int64_t, DType>, ExpertSet> cache;
+  const auto key = std::make_tuple(experts, hidden, inter, dtype);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  ExpertSet s;
+  s.gate_up = Tensor::try_empty({experts, 2 * inter, hidden}, dtype, Device::cuda()).value();
+  s.down = Tensor::try_empty({experts, hidden, inter}, dtype, Device::cuda()).value();
+  const float a_gu = std::sqrt(3.0f / static_cast<float>(hidden));
+  const float a_dn = std::sqrt(3.0f / static_cast<float>(inter));
+  const uint64_t seed = static_cast<uint64_t>(experts * 1000003 + hidden * 1009 + inter);
+  VLLM_CHECK(cuda::fill_uniform(s.gate_up, -a_gu, a_gu, seed, kStream).is_ok());
+  VLLM_CHECK(cuda::fill_uniform(s.down, -a_dn, a_dn, seed + 1, kStream).is_ok());
+  s.host_gate_up = cuda::copy_to_host(s.gate_up).value();
+  s.host_down = cuda::copy_to_host(s.down).value();
+  return cache.emplace(key, std::move(s)).first->second;
+}
+
+struct ExpertsCase {
+  std::string name;
+  int64_t tokens, hidden, inter, experts, top_k;
+  Dist dist = Dist::kRandom;
+  bool shared = true;
+  Layout x_layout = kContiguous;
+  Layout out_layout = kContiguous;
+};
+
+std::string path_name(cuda::MoePath path) {
+  switch (path) {
+    case cuda::MoePath::kGatherGemv:
+      return "gather GEMV";
+    case cuda::MoePath::kGroupedGemm:
+      return "grouped GEMM";
+    default:
+      return "auto";
+  }
+}
+
+// The case on every path its shapes allow, against one CPU reference.
+void check_experts(const ExpertsCase& c, DType dtype, std::mt19937& rng) {
+  SCOPED_TRACE(c.name + " " + std::string(dtype_name(dtype)));
+  const int64_t t = c.tokens, h = c.hidden, e = c.experts, k = c.top_k;
+  const ExpertSet& w = expert_set(e, h, c.inter, dtype);
+  const Operand x = random_operand(t, h, dtype, c.x_layout, rng);
+  auto [weights, ids] = make_routing(t, e, k, c.dist, rng);
+  // The shared expert: its output, and its gate logit as the model has it (column E of the
+  // F32 router output) or, for odd cases, in the activation dtype.
+  const Tensor shared_out = random_tensor({t, h}, dtype, rng, 0.0f, 1.0f);
+  const DType gate_dtype = c.x_layout.offset == 0 ? DType::kF32 : dtype;
+  const Tensor router_out = random_tensor({t, e + 1}, gate_dtype, rng, 0.0f, 2.0f);
+
+  Tensor ref = Tensor::empty({t, h}, DType::kF32);
+  ASSERT_OK(cpu::moe_experts(x.input_f32(), cpu::experts_from_stacked(w.host_gate_up, w.host_down),
+                             weights, ids, ref));
+  if (c.shared) {
+    ASSERT_OK(cpu::add_sigmoid_gated(ref, to_f32(shared_out),
+                                     to_f32(router_out).slice(1, e, e + 1).clone()));
+  }
+
+  const Tensor weights_gpu = to_device(weights), ids_gpu = to_device(ids);
+  const Tensor shared_gpu = to_device(shared_out), router_gpu = to_device(router_out);
+  std::vector<cuda::MoePath> paths = {cuda::MoePath::kGatherGemv, cuda::MoePath::kAuto};
+  const bool grouped = dtype == DType::kBF16 && h % 8 == 0 && c.inter % 8 == 0 &&
+                       c.x_layout.offset % 8 == 0 && c.x_layout.pad % 8 == 0;
+  if (grouped) paths.push_back(cuda::MoePath::kGroupedGemm);
+  for (cuda::MoePath path : paths) {
+    SCOPED_TRACE(path_name(path));
+    cuda::MoeExpertsArgs args;
+    args.gate_up = w.gate_up;
+    args.down = w.down;
+    if (c.shared) {
+      args.shared_out = shared_gpu;
+      args.shared_gate = router_gpu.slice(1, e, e + 1);
+    }
+    args.path = path;
+    Operand out = nan_operand(t, h, dtype, c.out_layout);
+    auto bytes = cuda::moe_experts_scratch_bytes(x.view, ids_gpu, args);
+    ASSERT_TRUE(bytes.has_value()) << bytes.status().to_string();
+    Tensor scratch =
+        Tensor::try_empty({static_cast<int64_t>(*bytes)}, DType::kU8, Device::cuda()).value();
+    ASSERT_EQ(cudaMemset(scratch.data_ptr(), 0x7F, *bytes), cudaSuccess);
+    ASSERT_OK(cuda::moe_experts(x.view, weights_gpu, ids_gpu, args, scratch, out.view, kStream));
+    EXPECT_TRUE(relative_l2(out.result_f32(), ref, tolerance(dtype)));
+    EXPECT_TRUE(out.outside_untouched());
+  }
+}
+
+// Qwen3.5-35B-A3B: hidden 2048, 256 experts, moe_intermediate 512, top-8.
+constexpr int64_t kH35 = 2048, kI35 = 512, kE35 = 256;
+
+TEST_F(MoeCuda, ExpertsMatchCpuOnModelShapes) {
+  const ExpertsCase cases[] = {
+      {"35B-A3B, 1 token", 1, kH35, kI35, kE35, 8},
+      {"35B-A3B, 8 tokens", 8, kH35, kI35, kE35, 8},
+      {"35B-A3B, 64 tokens, strided out", 64, kH35, kI35, kE35, 8, Dist::kRandom, true, kContiguous,
+       kAligned},
+      {"35B-A3B, 200 tokens (32-row tiles)", 200, kH35, kI35, kE35, 8},
+      {"35B-A3B, 1100 tokens (128-row tiles)", 1100, kH35, kI35, kE35, 8},
+      {"35B-A3B, 96 tokens on 9 experts", 96, kH35, kI35, kE35, 8, Dist::kFewExperts},
+      {"35B-A3B, one expert in all 300 tokens", 300, kH35, kI35, kE35, 8, Dist::kOneExpertAll},
+      {"Qwen3-Next-80B, 16 tokens", 16, 2048, 512, 512, 10},
+      {"Qwen3-Next-80B, 130 tokens", 130, 2048, 512, 512, 10},
+  };
+  for (const ExpertsCase& c : cases) check_experts(c, DType::kBF16, rng_);
+}
+
+TEST_F(MoeCuda, ExpertsMatchCpuOnSmallAndOddShapes) {
+  const ExpertsCase cases[] = {
+      {"golden qwen3_5_moe", 7, 56, 40, 10, 3},
+      {"golden qwen3_5_moe, strided x", 70, 56, 40, 10, 3, Dist::kRandom, true, kAligned},
+      {"golden qwen3_5_moe, unaligned x", 9, 56, 40, 10, 3, Dist::kRandom, true, kUnaligned},
+      {"golden qwen3_next (hidden 60)", 9, 60, 40, 6, 2},
+      {"golden qwen3_next, 150 tokens", 150, 60, 40, 6, 2, Dist::kRandom, true, kContiguous,
+       kAligned},
+      {"golden, one expert in every token", 40, 56, 40, 10, 3, Dist::kOneExpertAll},
+      {"demo model", 100, 256, 64, 8, 2},
+      {"demo model, one expert in all 300 tokens", 300, 256, 64, 8, 2, Dist::kOneExpertAll},
+      {"64 experts, few used", 50, 128, 64, 64, 4, Dist::kFewExperts},
+      {"no shared expert", 20, 64, 32, 12, 2, Dist::kRandom, false},
+      {"wide intermediate, partial column tiles", 90, 96, 200, 40, 7},
+  };
+  for (const ExpertsCase& c : cases) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) check_experts(c, dtype, rng_);
+  }
+}
+
+TEST_F(MoeCuda, ExpertsMatchCpuForTopK1To10) {
+  for (int64_t k = 1; k <= 10; ++k) {
+    for (int64_t tokens : {int64_t{3}, int64_t{120}}) {
+      const ExpertsCase c{"top-" + std::to_string(k) + ", " + std::to_string(tokens) + " tokens",
+                          tokens,
+                          64,
+                          32,
+                          12,
+                          k};
+      check_experts(c, DType::kBF16, rng_);
+    }
+  }
+}
+
+// An id outside [0, E), which the device cannot report, contributes nothing: the result
+// equals the CPU op's with that pair's weight set to zero.
+TEST_F(MoeCuda, ExpertsSkipOutOfRangeIds) {
+  const int64_t t = 12, h = 64, inter = 32, e = 8, k = 3;
+  const ExpertSet& w = expert_set(e, h, inter, DType::kBF16);
+  auto [weights, ids] = make_routing(t, e, k, Dist::kRandom, rng_);
+  Tensor x = random_tensor({t, h}, DType::kBF16, rng_, 0.0f, 1.0f);
+  Tensor bad_ids = ids.clone();
+  bad_ids.data<int64_t>()[0] = -1;
+  bad_ids.data<int64_t>()[5] = e;
+  bad_ids.data<int64_t>()[t * k - 1] = 1000;
+  Tensor zeroed = weights.clone();
+  for (int64_t i : {int64_t{0}, int64_t{5}, t * k - 1}) zeroed.data<float>()[i] = 0.0f;
+  Tensor ref = Tensor::empty({t, h}, DType::kF32);
+  ASSERT_OK(cpu::moe_experts(to_f32(x), cpu::experts_from_stacked(w.host_gate_up, w.host_down),
+                             zeroed, ids, ref));
+  for (cuda::MoePath path : {cuda::MoePath::kGatherGemv, cuda::MoePath::kGroupedGemm}) {
+    SCOPED_TRACE(path_name(path));
+    cuda::MoeExpertsArgs args;
+    args.gate_up = w.gate_up;
+    args.down = w.down;
+    args.path = path;
+    Tensor x_gpu = to_device(x), ids_gpu = to_device(bad_ids);
+    Tensor out = to_device(fill_nan({t, h}, DType::kBF16));
+    const size_t bytes = cuda::moe_experts_scratch_bytes(x_gpu, ids_gpu, args).value();
+    Tensor scratch =
+        Tensor::try_empty({static_cast<int64_t>(bytes)}, DType::kU8, Device::cuda()).value();
+    ASSERT_OK(cuda::moe_experts(x_gpu, to_device(weights), ids_gpu, args, scratch, out, kStream));
+    EXPECT_TRUE(relative_l2(to_host_f32(out), ref, 1e-2));
+  }
+}
+
+TEST_F(MoeCuda, ExpertsRejectBadArguments) {
+  const int64_t t = 4, h = 64, inter = 32, e = 8, k = 2;
+  const ExpertSet& w = expert_set(e, h, inter, DType::kBF16);
+  auto [weights, ids] = make_routing(t, e, k, Dist::kRandom, rng_);
+  Tensor x = to_device(random_tensor({t, h}, DType::kBF16, rng_, 0.0f, 1.0f));
+  Tensor ids_gpu = to_device(ids), weights_gpu = to_device(weights);
+  Tensor out = to_device(fill_nan({t, h}, DType::kBF16));
+  cuda::MoeExpertsArgs args;
+  args.gate_up = w.gate_up;
+  args.down = w.down;
+  const size_t bytes = cuda::moe_experts_scratch_bytes(x, ids_gpu, args).value();
+  Tensor small =
+      Tensor::try_empty({static_cast<int64_t>(bytes) - 1}, DType::kU8, Device::cuda()).value();
+  EXPECT_FALSE(cuda::moe_experts(x, weights_gpu, ids_gpu, args, small, out, kStream).is_ok());
+  Tensor scratch =
+      Tensor::try_empty({static_cast<int64_t>(bytes)}, DType::kU8, Device::cuda()).value();
+  cuda::MoeExpertsArgs swapped = args;  // down where gate_up belongs
+  swapped.gate_up = w.down;
+  EXPECT_FALSE(cuda::moe_experts(x, weights_gpu, ids_gpu, swapped, scratch, out, kStream).is_ok());
+  cuda::MoeExpertsArgs f32_grouped = args;  // the grouped GEMM is BF16 only
+  f32_grouped.path = cuda::MoePath::kGroupedGemm;
+  const ExpertSet& wf = expert_set(e, h, inter, DType::kF32);
+  f32_grouped.gate_up = wf.gate_up;
+  f32_grouped.down = wf.down;
+  Tensor xf = to_device(random_tensor({t, h}, DType::kF32, rng_, 0.0f, 1.0f));
+  EXPECT_EQ(cuda::moe_experts_scratch_bytes(xf, ids_gpu, f32_grouped).status().code(),
+            ErrorCode::kUnsupported);
+  EXPECT_FALSE(cuda::moe_experts(x, weights_gpu, ids_gpu, args, scratch, x, kStream).is_ok());
+}
+
+}  // namespace
+}  // namespace vllm
