@@ -57,6 +57,7 @@ export VLLM_E2E_MAX_MODEL_LEN=$max_model_len
 export VLLM_E2E_MAX_REQUEST_BYTES=$max_request_bytes
 
 log="$work/server.log"
+: >"$log"  # exists before the server starts, so the port poll below can read it at once
 "$bin" serve "$model" --host 127.0.0.1 --port 0 --served-model-name "$VLLM_E2E_MODEL" \
   --api-key "$VLLM_E2E_KEY" --max-model-len $max_model_len --max-num-seqs 96 --kv-cache-memory-bytes 67108864 \
   --max-request-bytes $max_request_bytes --enable-auto-tool-choice --tool-call-parser hermes \
