@@ -62,7 +62,12 @@ step "unit tests (release)"
 run_ctest build
 if ((with_cuda)); then
   step "CUDA tests binary (skips without a GPU)"
-  build/tests/vllm_cuda_tests --gtest_brief=1
+  # It must load and run; each skip prints a line, so only the summary is shown on success.
+  if ! build/tests/vllm_cuda_tests --gtest_brief=1 >build/cuda_tests.log 2>&1; then
+    cat build/cuda_tests.log
+    exit 1
+  fi
+  grep -E '^\[ *(=+|PASSED|SKIPPED|FAILED) *\]' build/cuda_tests.log
 fi
 step "end-to-end server tests (release)"
 VLLM_BUILD_DIR=build bash tests/e2e/run.sh
