@@ -5,6 +5,9 @@
 #
 #   bash scripts/device_bench.sh OUT_DIR [MODEL ...]     (default: Qwen3.5-4B Qwen3.5-27B)
 #
+# Environment: VLLM_BENCH_BATCHES, the decode batch sizes (default "1 64"); VLLM_BENCH_EAGER=1
+# also times batch-1 decode with --enforce-eager (no CUDA graphs).
+#
 # Needs build-device/ from scripts/device_test.sh. Writes OUT_DIR/figures.txt (the table
 # printed at the end: per-step times and tokens/s) and OUT_DIR/bench_logs.tar.gz (each run's
 # log and JSON). Exits non-zero if a run fails.
@@ -32,9 +35,11 @@ rows=()
 # Average latency (s) of one `vllm bench latency` configuration.
 latency() {
   local name="$1" model="$2" batch="$3" input="$4" output="$5"
+  shift 5
   local json="$out/lat_${name}.json"
+  local seqs=$((batch > 64 ? batch : 64))
   if ! timeout 300 "$vllm" bench latency --model "$root/configs/$model" --load-format dummy \
-      --max-model-len 4096 --max-num-seqs 64 --batch-size "$batch" --input-len "$input" --output-len "$output" \
+      --max-model-len 4096 --max-num-seqs "$seqs" --batch-size "$batch" --input-len "$input" --output-len "$output" "$@" \
       --num-iters-warmup 1 --num-iters 3 --output-json "$json" --disable-detokenize \
       >"$out/lat_${name}.log" 2>&1; then
     echo "FAILED: $name" >&2
@@ -50,13 +55,20 @@ for model in "${models[@]}"; do
   m=${model//./_}
   prefill=$(latency "${m}_prefill2048" "$model" 1 2048 1)
   rows+=("$model prefill 2048 tokens, batch 1: $(python3 -c "print(f'{$prefill*1e3:.1f} ms, {2048/max($prefill,1e-9):.0f} tokens/s')")")
-  for batch in 1 64; do
+  for batch in ${VLLM_BENCH_BATCHES:-1 64}; do
     one=$(latency "${m}_b${batch}_o1" "$model" "$batch" 1024 1)
     many=$(latency "${m}_b${batch}_o129" "$model" "$batch" 1024 129)
     rows+=("$model decode at 1024 context, batch $batch: $(python3 -c "
 d=($many-$one)/128
 print(f'{d*1e3:.2f} ms/step, {$batch/max(d,1e-9):.1f} tokens/s')")")
   done
+  if [ "${VLLM_BENCH_EAGER:-0}" = 1 ]; then
+    one=$(latency "${m}_eager_b1_o1" "$model" 1 1024 1 --enforce-eager)
+    many=$(latency "${m}_eager_b1_o129" "$model" 1 1024 129 --enforce-eager)
+    rows+=("$model decode at 1024 context, batch 1, --enforce-eager: $(python3 -c "
+d=($many-$one)/128
+print(f'{d*1e3:.2f} ms/step, {1/max(d,1e-9):.1f} tokens/s')")")
+  fi
 done
 
 # `vllm bench serve` against `vllm serve` on the GPU: 1024 tokens in, 128 out.

@@ -125,6 +125,22 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> 
   core->scheduler_ =
       std::make_unique<Scheduler>(sc, core->kv_.get(), core->state_slots_.get());
   core->runner_ = std::make_unique<ModelRunner>(core->model_.get(), std::move(cache), config.seed);
+  if (core->model_->context().is_cuda() && !config.enforce_eager) {
+    std::vector<int64_t> sizes = config.cuda_graph_sizes;
+    if (sizes.size() <= 1) {
+      const int64_t largest =
+          std::min<int64_t>(sizes.empty() ? sc.max_num_seqs : sizes.front(), sc.max_num_seqs);
+      sizes = default_graph_batch_sizes(largest);
+    }
+    if (Status s = core->runner_->capture_graphs(sizes, sc.max_model_len); !s.is_ok()) {
+      return s.with_context("capturing CUDA graphs (--enforce-eager runs without them)");
+    }
+    const DecodeGraphs& g = *core->runner_->graphs();
+    VLLM_LOG_INFO("CUDA graphs: {} decode batch sizes from {} to {} captured in {:.2f} s, {:.1f} "
+                  "MiB of device memory",
+                  g.sizes().size(), g.sizes().front(), g.sizes().back(), g.capture_seconds(),
+                  static_cast<double>(g.memory_bytes()) / (1 << 20));
+  }
   return core;
 }
 
@@ -214,6 +230,7 @@ EngineStats EngineCore::stats() const {
     s.num_state_snapshots = snapshots->num_snapshots();
     s.num_reserved_state_snapshots = snapshots->num_reserved();
   }
+  if (const DecodeGraphs* graphs = runner_->graphs()) s.num_cuda_graph_steps = graphs->replays();
   return s;
 }
 

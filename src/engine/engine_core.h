@@ -41,6 +41,11 @@ struct EngineConfig {
   std::optional<int32_t> num_mamba_snapshots_override;
   std::optional<int64_t> mamba_cache_interval;
   uint64_t seed = 0;
+  // CUDA: decode steps replay CUDA graphs (model/decode_graphs.h) unless enforce_eager.
+  // cuda_graph_sizes as vLLM's --cuda-graph-sizes: empty, the default ladder up to
+  // max_num_seqs; one value, the ladder up to it; several, exactly those batch sizes.
+  bool enforce_eager = false;
+  std::vector<int64_t> cuda_graph_sizes;
 };
 
 struct EngineStats {
@@ -59,6 +64,7 @@ struct EngineStats {
   int32_t state_snapshot_capacity = 0;
   int32_t num_state_snapshots = 0;           // committed
   int32_t num_reserved_state_snapshots = 0;  // being written by a step
+  int64_t num_cuda_graph_steps = 0;          // steps that replayed a CUDA graph, since start
 };
 
 class EngineCore {

@@ -1,7 +1,10 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
+
+#include "ops/graph.h"
 
 #include "ops/ops.h"
 #include "model/state_copy.h"
@@ -21,6 +24,7 @@ ModelRunner::ModelRunner(Model* model, ModelCache cache, uint64_t seed)
     : model_(model), cache_(std::move(cache)), sampler_(seed) {
   // Sampling of GPU logits queues after the model's work on its stream.
   sampler_.set_device_stream(model_->context().stream);
+  if (const char* step = std::getenv("VLLM_CUDA_PROFILE_STEP")) profile_step_ = std::atoll(step);
 }
 
 ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
@@ -89,16 +93,35 @@ Expected<Tensor> ModelRunner::gather_sample_rows(const Tensor& logits,
   return out;
 }
 
+Status ModelRunner::capture_graphs(const std::vector<int64_t>& sizes, int64_t max_model_len) {
+  graphs_.reset();
+  VLLM_ASSIGN_OR_RETURN(graphs_, DecodeGraphs::capture(*model_, cache_, sizes, max_model_len));
+  return Status::ok();
+}
+
 Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
   StepResult result;
   result.prompt_logprobs.resize(output.requests.size());
   if (output.empty()) return result;
+  const bool profiled = steps_++ == profile_step_;
+  if (profiled) device_profiler_start();
+  Expected<StepResult> done = run_step(output, std::move(result));
+  if (profiled) device_profiler_stop();
+  return done;
+}
+
+Expected<StepResult> ModelRunner::run_step(const SchedulerOutput& output, StepResult result) {
   std::vector<std::vector<int64_t>> prompt_rows;
   ForwardBatch batch = prepare_inputs(output, &prompt_rows);
   // Hybrid prefix caching: restored snapshots in, then the step, then the snapshots it saves out.
   VLLM_RETURN_IF_ERROR(
       copy_state_slots(model_->context(), cache_, output.state_restores.src_slots, output.state_restores.dst_slots));
-  VLLM_ASSIGN_OR_RETURN(Tensor logits, model_->forward(batch, cache_));
+  Tensor logits;
+  if (graphs_ && graphs_->covers(batch)) {
+    VLLM_ASSIGN_OR_RETURN(logits, graphs_->run(batch));
+  } else {
+    VLLM_ASSIGN_OR_RETURN(logits, model_->forward(batch, cache_));
+  }
   VLLM_RETURN_IF_ERROR(
       copy_state_slots(model_->context(), cache_, output.state_saves.src_slots, output.state_saves.dst_slots));
 

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "model/decode_graphs.h"
 #include "model/model.h"
 
 namespace vllm::engine {
@@ -29,9 +30,15 @@ class ModelRunner {
 
   Expected<StepResult> execute(const SchedulerOutput& output);
 
+  // Captures CUDA graphs for decode steps of up to the largest of `sizes` requests
+  // (decode_graphs.h); later decode steps they cover replay them.
+  Status capture_graphs(const std::vector<int64_t>& sizes, int64_t max_model_len);
+  const DecodeGraphs* graphs() const { return graphs_.get(); }
+
   const ModelCache& cache() const { return cache_; }
 
  private:
+  Expected<StepResult> run_step(const SchedulerOutput& output, StepResult result);
   ForwardBatch prepare_inputs(const SchedulerOutput& output,
                               std::vector<std::vector<int64_t>>* prompt_rows) const;
   // The logits rows that sample, in order (a view when they are all the rows).
@@ -40,6 +47,10 @@ class ModelRunner {
   Model* model_;
   ModelCache cache_;
   Sampler sampler_;
+  std::unique_ptr<DecodeGraphs> graphs_;
+  // VLLM_CUDA_PROFILE_STEP=N: step N (from 0) runs between device_profiler_start / stop.
+  int64_t profile_step_ = -1;
+  int64_t steps_ = 0;
 };
 
 }  // namespace vllm::engine
