@@ -38,7 +38,7 @@ double since_us(Clock::time_point t) {
 }
 
 // This thread's CPU time: what the work costs, without the time the OS ran other threads
-// (the development VM is shared; preemption shows up as 4 ms steps in wall time).
+// (on a shared machine, preemption shows up as 4 ms steps in wall time).
 double thread_cpu_us() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);

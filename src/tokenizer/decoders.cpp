@@ -43,6 +43,14 @@ class ByteLevelDecoder final : public Decoder {
     state->fused = true;
     return Status::ok();
   }
+  // Token by token it appends (an incomplete character shows as U+FFFD at the end, which a
+  // stream holds back). On one joined string, a later character outside the byte alphabet
+  // switches the whole string to its own UTF-8.
+  bool appends_only(bool* fused) const override {
+    const bool before = *fused;
+    *fused = true;
+    return !before;
+  }
 };
 
 class MetaspaceDecoder final : public Decoder {
@@ -69,6 +77,8 @@ class MetaspaceDecoder final : public Decoder {
     }
     return Status::ok();
   }
+  // One character at a time; the leading space it drops is only ever the text's first.
+  bool appends_only(bool*) const override { return true; }
 
  private:
   char32_t replacement_;
@@ -125,6 +135,9 @@ class ByteFallbackDecoder final : public Decoder {
     return Status::ok();
   }
   bool has_byte_fallback() const override { return true; }
+  // Byte runs are held back by the stream until they end; on one joined string, its end
+  // could still complete a "<0xNN>".
+  bool appends_only(bool* fused) const override { return !*fused; }
 };
 
 class FuseDecoder final : public Decoder {
@@ -135,6 +148,10 @@ class FuseDecoder final : public Decoder {
     tokens->assign(1, std::move(all));
     state->fused = true;
     return Status::ok();
+  }
+  bool appends_only(bool* fused) const override {
+    *fused = true;
+    return true;
   }
 };
 
@@ -174,6 +191,9 @@ class StripDecoder final : public Decoder {
     }
     return Status::ok();
   }
+  // Per token it appends; on joined text, the start is cut only at the text's start, but a
+  // cut at the end would take back characters when more follow.
+  bool appends_only(bool* fused) const override { return !*fused || stop_ == 0; }
 
  private:
   char32_t content_;
@@ -203,6 +223,17 @@ class ReplaceDecoder final : public Decoder {
     }
     return Status::ok();
   }
+  // Per token it appends; on joined text only a one-character literal cannot match across
+  // the point where a later token's text begins.
+  bool appends_only(bool* fused) const override {
+    if (!*fused) return true;
+    if (!pattern_.is_literal()) return false;
+    const std::string& s = pattern_.text();
+    size_t pos = 0;
+    if (s.empty()) return false;
+    (void)next_code_point(s, &pos);
+    return pos == s.size();
+  }
 
  private:
   Pattern pattern_;
@@ -222,6 +253,11 @@ class SequenceDecoder final : public Decoder {
       if (part->has_byte_fallback()) return true;
     }
     return false;
+  }
+  bool appends_only(bool* fused) const override {
+    bool all = true;
+    for (const auto& part : parts_) all = part->appends_only(fused) && all;
+    return all;
   }
 
  private:

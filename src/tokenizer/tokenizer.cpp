@@ -91,6 +91,8 @@ Expected<Tokenizer> Tokenizer::from_json(std::string_view json_text, std::string
     if (!d) return in_source(d.status());
     impl->decoder = std::move(d).value();
     impl->decoder_has_byte_fallback = impl->decoder->has_byte_fallback();
+    bool fused = false;
+    impl->decoder_appends_only = impl->decoder->appends_only(&fused);
   }
   if (const json* v = json_find(j, "post_processor")) {
     auto p = tok::make_post_processor(*v, "post_processor");

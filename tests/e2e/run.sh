@@ -3,8 +3,10 @@
 # Qwen3.5 MoE checkpoint (tests/golden/qwen3_5_moe, symlinked) plus the small Qwen3-derived
 # tokenizer in tests/e2e/fixtures/, starts build/src/cli/vllm serve on 127.0.0.1 with a free
 # port, waits for /health, then runs the official-client tests (test_*.mjs), the curl tests
-# and finally the SIGTERM test (a stream in flight finishes, the server exits 0). The server
-# is always killed on the way out.
+# and finally the SIGTERM test (a stream in flight finishes, the server exits 0). On a
+# sanitizer build (VLLM_BUILD_DIR=build-asan) a sanitizer report in the server's log fails
+# the run, as does the non-zero exit status it causes. The server is always killed on the
+# way out.
 #
 #   bash tests/e2e/run.sh            (VLLM_BUILD_DIR=build by default)
 # Needs node + tests/e2e/node_modules (scripts/fetch_e2e_deps.sh), curl and jq.
@@ -55,7 +57,7 @@ export VLLM_E2E_MAX_MODEL_LEN=$max_model_len
 export VLLM_E2E_MAX_REQUEST_BYTES=$max_request_bytes
 
 log="$work/server.log"
-: >"$log"  # exists before the server opens it: the port poll reads it at once
+: >"$log"  # exists before the server starts, so the port poll below can read it at once
 "$bin" serve "$model" --host 127.0.0.1 --port 0 --served-model-name "$VLLM_E2E_MODEL" \
   --api-key "$VLLM_E2E_KEY" --max-model-len $max_model_len --max-num-seqs 96 --kv-cache-memory-bytes 67108864 \
   --max-request-bytes $max_request_bytes --enable-auto-tool-choice --tool-call-parser hermes \
@@ -114,6 +116,13 @@ if [ "$server_status" == 0 ] && [ "$finish_reason" == "length" ] && [ "$refused"
   echo "e2e: PASS SIGTERM drains and exits 0"
 else
   echo "e2e: FAIL SIGTERM"; tail -n 20 "$log"; status=1
+fi
+
+sanitizer_report='ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (Address|Leak|UndefinedBehavior)Sanitizer'
+if grep -qE "$sanitizer_report" "$log"; then
+  echo "e2e: FAIL the server reported sanitizer errors:"
+  grep -E -A 30 "$sanitizer_report" "$log" | head -n 80
+  status=1
 fi
 
 [ $status == 0 ] && echo "e2e: all passed" || { echo "e2e: server log tail:"; tail -n 30 "$log"; }
