@@ -14,7 +14,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 [ $# -ge 2 ] || { echo "usage: $0 OUT_DIR MODEL_DIR [BUILD_DIR] [-- serve flags]" >&2; exit 2; }
-out="$1"
+results="$1"
 model="$2"
 shift 2
 build="$root/build"
@@ -29,9 +29,9 @@ concurrency=${CONCURRENCY:-16}
 num_prompts=${NUM_PROMPTS:-64}
 input_len=${INPUT_LEN:-128}
 output_len=${OUTPUT_LEN:-128}
-mkdir -p "$out"
+mkdir -p "$results"
 
-log="$out/server.log"
+log="$results/server.log"
 server_pid=""
 cleanup() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
@@ -58,7 +58,7 @@ run() {
   "$vllm" bench serve --base-url "http://127.0.0.1:$port" --model bench --tokenizer "$model" \
     --dataset-name random --random-input-len "$input_len" --random-output-len "$output_len" \
     --num-prompts "$num_prompts" --max-concurrency "$concurrency" --temperature 1 --seed 1 \
-    --disable-tqdm --extra-body "$extra" --save-result "$out/$name.json" >"$out/$name.txt" 2>&1
+    --disable-tqdm --extra-body "$extra" --save-result "$results/$name.json" >"$results/$name.txt" 2>&1
 }
 run unconstrained '{}'
 run json_object '{"structured_outputs": {"json_object": true}}'
@@ -68,5 +68,5 @@ printf '| run | mean TPOT ms | median TPOT ms | p99 TPOT ms | mean ITL ms | outp
 printf '|---|---|---|---|---|---|---|\n'
 for name in unconstrained json_object schema_20; do
   jq -r --arg n "$name" '"| \($n) | \(.mean_tpot_ms|.*100|round/100) | \(.median_tpot_ms|.*100|round/100) | \(.p99_tpot_ms|.*100|round/100) | \(.mean_itl_ms|.*100|round/100) | \(.output_throughput|.*10|round/10) | \(.total_output_tokens) |"' \
-    "$out/$name.json"
+    "$results/$name.json"
 done
