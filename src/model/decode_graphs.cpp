@@ -218,14 +218,8 @@ Expected<Tensor> DecodeGraphs::run(const ForwardBatch& batch) {
   const Captured* c = pick(requests);
   // The slots of one batch must be distinct and in range, as prepare_step checks eagerly.
   if (hybrid_) {
-    const int64_t slots = cache_.conv_state[0].size(0);
-    std::vector<int32_t> sorted = batch.state_indices;
-    std::sort(sorted.begin(), sorted.end());
-    if (sorted.front() < 0 || sorted.back() >= slots ||
-        std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "state_indices must be distinct slots in [0, {})", slots);
-    }
+    VLLM_RETURN_IF_ERROR(
+        check_state_indices(batch.state_indices, requests, cache_.conv_state[0].size(0)));
   }
   Workspace& ws = model_.runtime().workspace();
   VLLM_RETURN_IF_ERROR(ws.reset());
