@@ -16,6 +16,8 @@
 
 #include "backend/cuda/runtime.h"
 #include "engine/engine_core.h"
+#include "backend/cuda/elementwise.cuh"
+#include "ops/exec_context.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vllm::engine {
@@ -274,6 +276,35 @@ TEST(EngineCudaMemory, UtilizationSizesTheCache) {
   const EngineStats stats = (*core)->stats();
   EXPECT_GT(stats.num_usable_blocks, 1000);
   EXPECT_EQ(stats.num_state_slots, config.scheduler.max_num_seqs);
+}
+
+// A model larger than the device fails at load with an error that names the weight that did
+// not fit and how much memory was free, and gives back what it had placed.
+TEST(EngineCudaMemory, ModelLargerThanTheDeviceFailsAtLoad) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const DeviceMemory before = device_memory(Device::cuda());
+  LoadOptions options;
+  options.device = Device::cuda();
+  options.dtype = DType::kBF16;
+  options.load_format = "dummy";
+  options.max_model_len = 4096;
+  // 397B parameters in BF16: about 740 GiB, more than any single GPU holds.
+  auto model =
+      load_model(fs::path(VLLM_SOURCE_DIR) / "configs" / "Qwen3.5-397B-A17B", options);
+  ASSERT_FALSE(model.has_value()) << "a 397B BF16 model loaded onto one device";
+  const std::string message = model.status().to_string();
+  std::printf("load error: %s\n", message.c_str());
+  EXPECT_EQ(model.status().code(), ErrorCode::kResourceExhausted) << message;
+  EXPECT_NE(message.find("cannot place the stacked expert weight 'model.language_model.layers."),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("GiB free of"), std::string::npos) << message;
+  const DeviceMemory after = device_memory(Device::cuda());
+  EXPECT_GT(after.free_bytes + (size_t{2} << 30), before.free_bytes)
+      << "the weights placed before the failure were not freed";
+  // The failed allocation is not left behind as an error for the next kernel launch.
+  Tensor t = Tensor::try_empty({1024}, DType::kF32, Device::cuda()).value();
+  EXPECT_TRUE(cuda::fill_uniform(t, 0.0f, 1.0f, 1, nullptr).is_ok());
 }
 
 }  // namespace

@@ -51,6 +51,10 @@ Status check_contiguous(const Tensor& t, const char* what) {
 
 Status cuda_status(cudaError_t error, const char* call) {
   if (error == cudaSuccess) return Status::ok();
+  // A failed runtime call (cudaMalloc out of memory, say) is also the thread's "last error":
+  // it is reported here, so clear it, or the next check_launch would report it again as a
+  // failed kernel launch. (Sticky errors stay whatever this does.)
+  (void)cudaGetLastError();
   ErrorCode code = ErrorCode::kInternal;
   if (error == cudaErrorMemoryAllocation) code = ErrorCode::kResourceExhausted;
   if (error == cudaErrorNoDevice || error == cudaErrorInsufficientDriver ||
