@@ -50,7 +50,7 @@ Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaS
 
 template <typename T, int D>
 Status launch_attention_combine(const AttentionArgs& args, int num_requests, cudaStream_t) {
-  emu::launch(combine_grid(args, num_requests), kAttnThreads, smem, kCombineSmemBytes,
+  emu::launch(combine_grid(args, num_requests), kCombineThreads, smem, kCombineSmemBytes,
               [&] { combine_splits_kernel<T, D>(args); });
   return Status::ok();
 }

@@ -12,12 +12,17 @@ namespace vllm::cuda::detail {
 
 // Dynamic shared memory of the combine kernel: the merge weights of every row and chunk.
 constexpr int kCombineSmemBytes = kSmallRows * kMaxSplits * 4;
+// Threads of a combine block: a decode GQA group of 8 rows at D = 256 is 512 output quads,
+// two per thread.
+constexpr int kCombineThreads = 256;
+// Chunks whose partial outputs a thread loads before it adds any (loads in flight).
+constexpr int kCombineBatch = 8;
 
 // Merges the chunks of every split small block: out = sum_s 2^(m_s - M) o_s /
 // sum_s 2^(m_s - M) l_s with M the largest m_s. One block per (kv head, request); requests
 // that used a single chunk were finished by the small kernel.
 template <typename T, int D>
-__global__ void __launch_bounds__(kAttnThreads) combine_splits_kernel(const AttentionArgs a) {
+__global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(const AttentionArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto* weight_s = reinterpret_cast<float(*)[kMaxSplits]>(smem);  // [kSmallRows][kMaxSplits]
   const int kh = blockIdx.x;
@@ -31,7 +36,7 @@ __global__ void __launch_bounds__(kAttnThreads) combine_splits_kernel(const Atte
   const int64_t first_slot = (static_cast<int64_t>(r) * gridDim.x + kh) * a.num_splits * kSmallRows;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  constexpr int kWarps = kAttnThreads / kWarpSize;
+  constexpr int kWarps = kCombineThreads / kWarpSize;
   for (int row = warp; row < rows; row += kWarps) {
     float m_max = -INFINITY;
     for (int s = lane; s < chunks; s += kWarpSize) {
@@ -53,18 +58,28 @@ __global__ void __launch_bounds__(kAttnThreads) combine_splits_kernel(const Atte
   }
   __syncthreads();
   constexpr int kQuads = D / 4;
-  for (int i = threadIdx.x; i < rows * kQuads; i += kAttnThreads) {
+  for (int i = threadIdx.x; i < rows * kQuads; i += kCombineThreads) {
     const int row = i / kQuads;
     const int c = i % kQuads;
+    const float* src = a.partial_o + (first_slot + row) * D + c * 4;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s = 0; s < chunks; ++s) {
-      const float w = weight_s[row][s];
-      const float4 v = *reinterpret_cast<const float4*>(
-          a.partial_o + (first_slot + s * kSmallRows + row) * D + c * 4);
-      acc[0] = fmaf(w, v.x, acc[0]);
-      acc[1] = fmaf(w, v.y, acc[1]);
-      acc[2] = fmaf(w, v.z, acc[2]);
-      acc[3] = fmaf(w, v.w, acc[3]);
+    for (int s0 = 0; s0 < chunks; s0 += kCombineBatch) {
+      float4 v[kCombineBatch];
+#pragma unroll
+      for (int b = 0; b < kCombineBatch; ++b) {
+        v[b] = s0 + b < chunks ? *reinterpret_cast<const float4*>(
+                                     src + static_cast<int64_t>(s0 + b) * kSmallRows * D)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int b = 0; b < kCombineBatch; ++b) {
+        if (s0 + b >= chunks) break;
+        const float w = weight_s[row][s0 + b];
+        acc[0] = fmaf(w, v[b].x, acc[0]);
+        acc[1] = fmaf(w, v[b].y, acc[1]);
+        acc[2] = fmaf(w, v[b].z, acc[2]);
+        acc[3] = fmaf(w, v[b].w, acc[3]);
+      }
     }
     const int64_t t = req.q_begin + row / a.group;
     const int h = kh * a.group + row % a.group;

@@ -49,7 +49,7 @@ Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaS
 template <typename T, int D>
 Status launch_attention_combine(const AttentionArgs& args, int num_requests, cudaStream_t stream) {
   combine_splits_kernel<T, D>
-      <<<combine_grid(args, num_requests), kAttnThreads, kCombineSmemBytes, stream>>>(args);
+      <<<combine_grid(args, num_requests), kCombineThreads, kCombineSmemBytes, stream>>>(args);
   return check_launch("paged_attention split-combine kernel");
 }
 
