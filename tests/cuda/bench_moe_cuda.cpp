@@ -100,20 +100,24 @@ TEST(MoeCudaBench, Qwen35_35B_A3B) {
     const int warmup = prefill ? 3 : 20, iterations = prefill ? 10 : 200;
     // Per layer: its input and its routing, kept outside the workspace.
     std::vector<Tensor> xs, weights, ids;
-    double touched = 0.0;
+    double touched = 0.0;  // distinct experts per layer, the shared one too when it is a slot
+    bool shared_slot = false;
     for (int i = 0; i < kLayers; ++i) {
       Tensor x = Tensor::try_empty({tokens, h}, DType::kBF16, Device::cuda()).value();
       ASSERT_TRUE(cuda::fill_uniform(x, -1.0f, 1.0f, 100 + i, nullptr).is_ok());
       ASSERT_TRUE(ws.reset().is_ok());
       auto r = layers[i].route(ctx, x);
       ASSERT_TRUE(r.has_value()) << r.status().to_string();
-      Tensor w = Tensor::try_empty({tokens, k}, DType::kF32, Device::cuda()).value();
-      Tensor id = Tensor::try_empty({tokens, k}, DType::kI64, Device::cuda()).value();
+      // [T, k], or [T, k + 1] with the shared expert as a routed slot (MoeLayer decides).
+      Tensor w =
+          Tensor::try_empty(r->topk_weights.shape(), DType::kF32, Device::cuda()).value();
+      Tensor id = Tensor::try_empty(r->topk_ids.shape(), DType::kI64, Device::cuda()).value();
       ASSERT_TRUE(ops::copy(ctx, r->topk_weights, w).is_ok());
       ASSERT_TRUE(ops::copy(ctx, r->topk_ids, id).is_ok());
       Tensor host = cuda::copy_to_host(id).value();
       std::set<int64_t> distinct(host.data<int64_t>(), host.data<int64_t>() + host.numel());
       touched += static_cast<double>(distinct.size()) / kLayers;
+      shared_slot = distinct.count(e) > 0;
       xs.push_back(x);
       weights.push_back(w);
       ids.push_back(id);
@@ -130,10 +134,18 @@ TEST(MoeCudaBench, Qwen35_35B_A3B) {
         },
         kLayers, warmup, iterations);
     if (layer_us > 0) {
-      print_row("layer", tokens <= cuda::kMoeGemvMaxTokens ? "auto: GEMV" : "auto: grouped", tokens,
-                touched, fixed_bytes + touched * expert_bytes + act_bytes, layer_flops, layer_us);
+      print_row("layer",
+                tokens <= cuda::kMoePairMaxTokens
+                    ? "auto: per-pair"
+                    : (tokens <= cuda::kMoeGemvMaxTokens ? "auto: GEMV" : "auto: grouped"),
+                tokens,
+                touched,
+                fixed_bytes + (touched - (shared_slot ? 1.0 : 0.0)) * expert_bytes + act_bytes,
+                layer_flops, layer_us);
     }
-    for (cuda::MoePath path : {cuda::MoePath::kGatherGemv, cuda::MoePath::kGroupedGemm}) {
+    for (cuda::MoePath path :
+         {cuda::MoePath::kPairGemv, cuda::MoePath::kGatherGemv, cuda::MoePath::kGroupedGemm}) {
+      if (path == cuda::MoePath::kPairGemv && prefill) continue;
       const double us = cuda_test::time_launches(
           [&](int i) -> Status {
             VLLM_RETURN_IF_ERROR(ws.reset());
@@ -151,7 +163,8 @@ TEST(MoeCudaBench, Qwen35_35B_A3B) {
           kLayers, warmup, iterations);
       if (us <= 0) continue;
       const bool gemv = path == cuda::MoePath::kGatherGemv;
-      const char* name = gemv ? "GEMV"
+      const char* name = path == cuda::MoePath::kPairGemv ? "per-pair GEMV"
+                         : gemv                           ? "GEMV"
                               : (tokens * k <= cuda::kMoeSmallTileMaxPairsPerExpert * e
                                      ? "grouped, 32-row tiles"
                                      : "grouped, 128-row tiles");

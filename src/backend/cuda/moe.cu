@@ -1,8 +1,8 @@
 // The MoE router, the grouping of routed pairs by expert, the weighted combine and the op
 // entries of moe.cuh. The expert products themselves are in moe_gemv.cu and moe_gemm.cu.
 //
-// moe_route: one warp per token. Lane l holds the logits of experts l, l + 32, ... (up to 32
-// each: E <= 1024), computes the softmax as the CPU op does (max, exp(x - max), sum, one
+// moe_route: one warp per token. Lane l holds the logits of experts l, l + 32, ... (4, 8, 16
+// or 32 each, the fewest that cover E <= 1024), computes the softmax as the CPU op does (max, exp(x - max), sum, one
 // reciprocal), then picks the k largest probabilities one at a time with a warp argmax whose
 // ties go to the lower expert id; lane i keeps the i-th pick. The renormalising sum adds the
 // picks in pick order, as the CPU op does.
@@ -42,7 +42,7 @@ using detail::Rows;
 using detail::to_float;
 
 constexpr int kRouteWarps = 8;
-constexpr int kRoutePerLane = static_cast<int>(kMoeMaxExperts) / kWarpSize;
+constexpr int kRouteMaxPerLane = static_cast<int>(kMoeMaxExperts) / kWarpSize;
 constexpr int kPlanThreads = static_cast<int>(kMoeMaxExperts);
 constexpr int kCombineThreads = 256;
 constexpr size_t kScratchAlign = 256;
@@ -61,7 +61,10 @@ struct RouteParams {
   bool renormalize;
 };
 
+// kPerLane: logits per lane, E <= 32 * kPerLane (the top-k scans touch only these).
+template <int kPerLane>
 __global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(RouteParams p) {
+  constexpr int kRoutePerLane = kPerLane;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / kWarpSize;
   if (t >= p.tokens) return;  // whole warps leave; no block barrier below
@@ -414,14 +417,31 @@ struct PathChoice {
   int tile_rows = 1;  // row alignment of the grouping
 };
 
+bool pair_shapes_ok(const Dims& d, DType dtype) {
+  return detail::moe_pair_smem_bytes(dtype, d.hidden) <= detail::kMoePairMaxSmemBytes &&
+         d.top_k <= detail::kMoePairMaxSlots &&
+         d.tokens * d.top_k <= kMaxGridY;
+}
+
 Expected<PathChoice> choose_path(std::string_view op, const Dims& d, DType dtype,
                                  MoePath requested) {
   const bool grouped_ok = detail::grouped_gemm_shapes_ok(dtype, d.hidden, d.inter);
   PathChoice c;
   c.path = requested;
   if (c.path == MoePath::kAuto) {
-    c.path =
-        d.tokens > kMoeGemvMaxTokens && grouped_ok ? MoePath::kGroupedGemm : MoePath::kGatherGemv;
+    if (d.tokens <= kMoePairMaxTokens && pair_shapes_ok(d, dtype)) {
+      c.path = MoePath::kPairGemv;
+    } else {
+      c.path = d.tokens > kMoeGemvMaxTokens && grouped_ok ? MoePath::kGroupedGemm
+                                                          : MoePath::kGatherGemv;
+    }
+  }
+  if (c.path == MoePath::kPairGemv && !pair_shapes_ok(d, dtype)) {
+    return make_error(ErrorCode::kUnsupported,
+                      "{}: the per-pair GEMV needs hidden x {} bytes <= {}, top_k <= {} and "
+                      "tokens x top_k <= {} (got hidden {}, top_k {}, {} tokens)",
+                      op, dtype_size(dtype), detail::kMoePairMaxSmemBytes,
+                      detail::kMoePairMaxSlots, kMaxGridY, d.hidden, d.top_k, d.tokens);
   }
   if (c.path == MoePath::kGroupedGemm) {
     if (!grouped_ok) {
@@ -523,7 +543,17 @@ Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, T
   if (blocks > INT_MAX) {
     return make_error(ErrorCode::kUnsupported, "{}: {} tokens are too many", kOp, tokens);
   }
-  moe_route_kernel<<<static_cast<unsigned>(blocks), kRouteWarps * kWarpSize, 0, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  const unsigned threads = kRouteWarps * kWarpSize;
+  if (experts <= 4 * kWarpSize) {
+    moe_route_kernel<4><<<grid, threads, 0, stream>>>(p);
+  } else if (experts <= 8 * kWarpSize) {
+    moe_route_kernel<8><<<grid, threads, 0, stream>>>(p);
+  } else if (experts <= 16 * kWarpSize) {
+    moe_route_kernel<16><<<grid, threads, 0, stream>>>(p);
+  } else {
+    moe_route_kernel<kRouteMaxPerLane><<<grid, threads, 0, stream>>>(p);
+  }
   return check_launch("moe_route_kernel");
 }
 
@@ -610,6 +640,23 @@ Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& to
 
   DeviceGuard guard(x.device());
   VLLM_RETURN_IF_ERROR(guard.status());
+  if (choice.path == MoePath::kPairGemv) {
+    detail::MoePairArgs pa;
+    pa.ids = static_cast<const int64_t*>(topk_ids.data_ptr());
+    pa.weights = static_cast<const float*>(topk_weights.data_ptr());
+    if (shared) {
+      pa.shared = shared_rows.data;
+      pa.shared_stride = shared_rows.row_stride;
+      pa.gate = gate_rows.data;
+      pa.gate_stride = gate_rows.row_stride;
+      pa.gate_f32 = args.shared_gate.dtype() == DType::kF32;
+    }
+    pa.out = out_rows.data;
+    pa.out_stride = out_rows.row_stride;
+    pa.experts = static_cast<int>(d.experts);
+    pa.top_k = static_cast<int>(d.top_k);
+    return detail::launch_moe_pair_gemv(problem, pa, stream);
+  }
   moe_plan_kernel<<<1, kPlanThreads, 0, stream>>>(static_cast<const int64_t*>(topk_ids.data_ptr()),
                                                   plan);
   VLLM_RETURN_IF_ERROR(check_launch("moe_plan_kernel"));

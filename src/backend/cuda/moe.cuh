@@ -2,9 +2,10 @@
 // cpu::moe_experts (src/backend/cpu/moe.h; same semantics, see there) over experts stacked
 // per layer, plus the shared expert's gated add fused into the final combine.
 //
-// moe_experts never copies the host a value: the tokens' (token, slot) pairs are grouped by
-// expert on the device (counts, offsets, a permutation), and two paths read only the experts
-// the batch selected:
+// moe_experts never copies the host a value. A batch of a few tokens takes the per-pair GEMV:
+// each (token, slot) pair reads its expert's rows directly, and the down product writes the
+// weighted sum itself. Larger batches have their pairs grouped by expert on the device
+// (counts, offsets, a permutation), and two paths read only the experts the batch selected:
 //   - gather GEMV (small batches): one launch per projection over the selected experts, each
 //     expert's rows read once for all the tokens that picked it (16-byte loads, many in
 //     flight per warp);
@@ -12,7 +13,8 @@
 //     tensor-core kernel per projection whose tiles look up their expert on the device.
 // Both write each pair's expert output in the grouped order; a combine kernel sums the k
 // outputs of every token, weighted, in token order, and adds sigmoid(gate) * shared output.
-// Implementations: moe.cu (router, grouping, combine, op entries), moe_gemv.cu, moe_gemm.cu.
+// Implementations: moe.cu (router, grouping, combine, op entries), moe_pair.cu, moe_gemv.cu,
+// moe_gemm.cu.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,10 +32,17 @@ namespace vllm::cuda {
 constexpr int64_t kMoeMaxExperts = 1024;
 constexpr int64_t kMoeMaxTopK = 32;
 
-// Batches of at most this many tokens take the gather GEMV; larger ones the grouped GEMM
-// (when the shapes allow it, see MoePath). Tuned on the H200 with the timing mode
-// (tests/cuda/bench_moe_cuda.cpp).
-constexpr int64_t kMoeGemvMaxTokens = 64;
+// Batches of at most this many tokens take the per-pair GEMV (no grouping by expert: each
+// (token, slot) pair reads its expert's rows, the down product fused with the weighted sum),
+// when the shapes allow it: fewer launches and one memory round trip before the weights
+// stream, worth more than reading an expert twice when two tokens share it. Batches up to
+// kMoeGemvMaxTokens take the gather GEMV, larger ones the grouped GEMM (when the shapes
+// allow it, see MoePath). Measured on the H200 with the timing mode
+// (tests/cuda/bench_moe_cuda.cpp, 35B-A3B shapes, moe_experts alone): at 1 and 8 tokens the
+// per-pair GEMV beats the gather GEMV (27 vs 42 us, 142 vs 165 us); at 64 tokens the grouped
+// GEMM beats it (640 vs 720 us). 32 is between the measured points.
+constexpr int64_t kMoePairMaxTokens = 8;
+constexpr int64_t kMoeGemvMaxTokens = 32;
 // The grouped GEMM's row tile: 32 rows when the batch gives the experts at most this many
 // pairs each on average (decode at high concurrency: the weights dominate), else 128
 // (prefill: the arithmetic dominates).
@@ -52,7 +61,8 @@ Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, T
                  Tensor& topk_ids, cudaStream_t stream, bool shared_slot = false);
 
 enum class MoePath {
-  kAuto,         // by token count (kMoeGemvMaxTokens) and what the shapes allow
+  kAuto,         // by token count (kMoePairMaxTokens, kMoeGemvMaxTokens) and the shapes
+  kPairGemv,     // hidden * element size <= 48 KiB, T * k <= 65535
   kGatherGemv,   // any dtype and shape
   kGroupedGemm,  // BF16, hidden and intermediate sizes multiples of 8, 16-byte aligned rows
 };

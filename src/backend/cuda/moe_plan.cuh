@@ -57,6 +57,28 @@ Status launch_moe_gemv(const MoeProblem& problem, const MoePlan& plan, cudaStrea
 Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, int tile_rows,
                                cudaStream_t stream);
 
+// The per-pair path (moe_pair.cu): no grouping; gate/up per (token, slot) pair, then the
+// down product fused with the weighted combine (and the shared expert's gated add) into out.
+struct MoePairArgs {
+  const int64_t* ids = nullptr;  // [T, k]
+  const float* weights = nullptr;  // [T, k]
+  const void* shared = nullptr;  // [T, H] at shared_stride, or null
+  int64_t shared_stride = 0;
+  const void* gate = nullptr;  // [T] at gate_stride: F32 (gate_f32) or the storage type
+  int64_t gate_stride = 0;
+  bool gate_f32 = false;
+  void* out = nullptr;  // [T, H] at out_stride
+  int64_t out_stride = 0;
+  int experts = 0;
+  int top_k = 0;
+};
+// Shared memory of the gate/up kernel: one token's row of x.
+size_t moe_pair_smem_bytes(DType dtype, int64_t hidden);
+constexpr size_t kMoePairMaxSmemBytes = 48 * 1024;  // without the opt-in attribute
+constexpr int kMoePairMaxSlots = 33;                // slots per token: kMoeMaxTopK + shared
+Status launch_moe_pair_gemv(const MoeProblem& problem, const MoePairArgs& args,
+                            cudaStream_t stream);
+
 // Shapes and dtype the grouped GEMM handles (16-byte row chunks everywhere).
 bool grouped_gemm_shapes_ok(DType dtype, int64_t hidden, int64_t inter);
 // ... and pointer alignment of this call's operands.

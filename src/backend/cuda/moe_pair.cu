@@ -1,0 +1,276 @@
+// The per-pair path of the MoE expert op (moe_plan.cuh) for batches of a few tokens: no
+// grouping by expert, no expert-output buffer and no combine launch. Two kernels:
+//
+//   gate/up: grid (column groups, pairs). A block serves one (token, slot) pair p; its expert
+//            e = topk_ids[p] comes from one load, so the weight rows' loads start one memory
+//            round trip after launch (the grouped paths wait for the grouping's counts,
+//            offsets and permutation first). The token's row x goes to shared memory. Warp w
+//            owns act column c: gate row c and up row I + c of expert e, each lane loading
+//            kGateUpUnroll 16-byte chunks of both rows before it uses any, and writes
+//            act[p][c] = silu(gate . x) * (up . x).
+//   down:    grid (row groups, tokens). A block serves kDownRows output rows of one token t,
+//            one warp per slot of t: the warp loads its chunks of those rows of down[e] and
+//            of act[p] together and reduces one dot product per row, rounded to the storage
+//            type (the expert output, as on the other paths). After one barrier, thread r
+//            sums row r's slots in slot order, weighted, in f32, adds the shared expert's
+//            sigmoid-gated row and rounds out[t][h] once: the combine of the other paths,
+//            fused.
+// Tokens that share an expert read its rows once each (from L2 when they run together), which
+// is why only small batches take this path (kMoePairMaxTokens, moe.cuh).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/moe_plan.cuh"
+#include "backend/cuda/runtime.h"
+
+namespace vllm::cuda::detail {
+namespace {
+
+constexpr int kPairWarps = 8;
+constexpr int kPairThreads = kPairWarps * kWarpSize;
+constexpr int kGateUpUnroll = 4;  // chunks of each of the two rows a lane keeps in flight
+constexpr int kDownRows = 8;       // output rows of a down block (each warp: all of them, one slot)
+constexpr int kDownMaxWarps = 16;  // warps of a down block: one per slot up to this many
+constexpr int kDownUnroll = 1;     // chunks of each row a lane keeps in flight
+
+template <typename T>
+struct PairParams {
+  const T* x;  // [T, H], row stride ldx
+  int64_t ldx;
+  const T* gate_up;  // [E, 2I, H]
+  const T* down;     // [E, H, I]
+  T* act;            // [T * k, I]
+  const int64_t* ids;
+  const float* weights;
+  const T* shared;  // [T, H] at shared_stride, or null
+  int64_t shared_stride;
+  const void* gate;  // [T] at gate_stride, F32 or T
+  int64_t gate_stride;
+  bool gate_f32;
+  T* out;  // [T, H] at out_stride
+  int64_t out_stride;
+  int hidden, inter, experts, top_k;
+};
+
+template <typename T, int kN>
+__device__ __forceinline__ Pack<T, kN> load_pack(const T* p) {
+  Pack<T, kN> r;
+  if constexpr (sizeof(T) * kN == 16) {
+    const int4 v = __ldg(reinterpret_cast<const int4*>(p));
+    memcpy(&r, &v, sizeof(r));
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) r.v[i] = p[i];
+  }
+  return r;
+}
+
+template <typename T, int kN>
+__device__ __forceinline__ float dot_pack(const Pack<T, kN>& a, const Pack<T, kN>& b, float acc) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) acc = fmaf(to_float(a.v[i]), to_float(b.v[i]), acc);
+  return acc;
+}
+
+// Stages n elements of src into shared memory (16-byte copies when kN says so).
+template <typename T, int kN>
+__device__ __forceinline__ void stage(T* dst, const T* src, int n) {
+  if constexpr (sizeof(T) * kN == 16) {
+    for (int i = threadIdx.x; i < n / kN; i += kPairThreads) {
+      reinterpret_cast<int4*>(dst)[i] = reinterpret_cast<const int4*>(src)[i];
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += kPairThreads) dst[i] = src[i];
+  }
+}
+
+template <typename T, int kN>
+__global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_kernel(PairParams<T> p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* x = reinterpret_cast<T*>(smem);  // [H]: the pair's token row
+  const int pair = blockIdx.y;
+  const int64_t e = p.ids[pair];
+  if (e < 0 || e >= p.experts) return;  // the whole block; the down kernel skips this pair
+  const int col = blockIdx.x * kPairWarps + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const T* gate_row =
+      p.gate_up + (e * 2 * p.inter + min(col, p.inter - 1)) * static_cast<int64_t>(p.hidden);
+  const T* up_row = gate_row + static_cast<int64_t>(p.inter) * p.hidden;
+  const int chunks = p.hidden / kN;
+  Pack<T, kN> wg[kGateUpUnroll], wu[kGateUpUnroll];
+  auto load = [&](int c) {
+#pragma unroll
+    for (int i = 0; i < kGateUpUnroll; ++i) {
+      const int ci = c + i * kWarpSize;
+      if (ci < chunks) {
+        wg[i] = load_pack<T, kN>(gate_row + int64_t{ci} * kN);
+        wu[i] = load_pack<T, kN>(up_row + int64_t{ci} * kN);
+      }
+    }
+  };
+  // The first weight chunks are in flight while the block stages x.
+  load(lane);
+  stage<T, kN>(x, p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx, p.hidden);
+  __syncthreads();
+  if (col >= p.inter) return;  // whole warps leave; no barrier below
+  float g = 0.0f, u = 0.0f;
+  for (int c = lane; c < chunks;) {
+#pragma unroll
+    for (int i = 0; i < kGateUpUnroll; ++i) {
+      const int ci = c + i * kWarpSize;
+      if (ci < chunks) {
+        const Pack<T, kN> xv = *reinterpret_cast<const Pack<T, kN>*>(x + int64_t{ci} * kN);
+        g = dot_pack<T, kN>(wg[i], xv, g);
+        u = dot_pack<T, kN>(wu[i], xv, u);
+      }
+    }
+    c += kWarpSize * kGateUpUnroll;
+    if (c < chunks) load(c);
+  }
+  g = warp_sum(g);
+  u = warp_sum(u);
+  if (lane == 0) {
+    p.act[static_cast<int64_t>(pair) * p.inter + col] = from_float<T>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+// Block: one warp per slot (slots past kDownMaxWarps wrap around), kDownRows output rows.
+template <typename T, int kN>
+__global__ void __launch_bounds__(kDownMaxWarps* kWarpSize) moe_pair_down_kernel(PairParams<T> p) {
+  __shared__ float y_s[kMoePairMaxSlots][kDownRows];  // expert outputs, rounded to T
+  const int t = blockIdx.y;
+  const int h0 = blockIdx.x * kDownRows;
+  const int warps = blockDim.x / kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t first_pair = static_cast<int64_t>(t) * p.top_k;
+  const int chunks = p.inter / kN;
+  for (int slot = warp; slot < p.top_k; slot += warps) {
+    const int64_t e = p.ids[first_pair + slot];
+    const bool use = e >= 0 && e < p.experts;
+    const T* base = p.down + (use ? e : 0) * p.hidden * static_cast<int64_t>(p.inter);
+    const T* act = p.act + (first_pair + slot) * p.inter;
+    const T* rows[kDownRows];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) {
+      rows[r] = base + static_cast<int64_t>(min(h0 + r, p.hidden - 1)) * p.inter;
+    }
+    float dot[kDownRows];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) dot[r] = 0.0f;
+    if (use) {
+      for (int c = lane; c < chunks; c += kWarpSize * kDownUnroll) {
+        Pack<T, kN> w[kDownRows][kDownUnroll], a[kDownUnroll];
+#pragma unroll
+        for (int i = 0; i < kDownUnroll; ++i) {
+          const int ci = c + i * kWarpSize;
+          if (ci < chunks) {
+#pragma unroll
+            for (int r = 0; r < kDownRows; ++r) {
+              w[r][i] = load_pack<T, kN>(rows[r] + int64_t{ci} * kN);
+            }
+            a[i] = load_pack<T, kN>(act + int64_t{ci} * kN);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kDownUnroll; ++i) {
+          if (c + i * kWarpSize < chunks) {
+#pragma unroll
+            for (int r = 0; r < kDownRows; ++r) dot[r] = dot_pack<T, kN>(w[r][i], a[i], dot[r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) {
+      const float y = to_float(from_float<T>(warp_sum(dot[r])));  // the expert output
+      if (lane == r) y_s[slot][r] = y;
+    }
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  if (r >= kDownRows || h0 + r >= p.hidden) return;
+  float acc = 0.0f;
+  for (int slot = 0; slot < p.top_k; ++slot) {
+    const int64_t e = p.ids[first_pair + slot];
+    if (e >= 0 && e < p.experts) acc += p.weights[first_pair + slot] * y_s[slot][r];
+  }
+  const int h = h0 + r;
+  if (p.shared != nullptr) {
+    const float g = p.gate_f32 ? static_cast<const float*>(p.gate)[t * p.gate_stride]
+                               : to_float(static_cast<const T*>(p.gate)[t * p.gate_stride]);
+    acc += 1.0f / (1.0f + expf(-g)) * to_float(p.shared[t * p.shared_stride + h]);
+  }
+  p.out[t * p.out_stride + h] = from_float<T>(acc);
+}
+
+template <typename T>
+Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stream) {
+  constexpr int kN = 16 / sizeof(T);
+  PairParams<T> p{};
+  p.x = static_cast<const T*>(pr.x);
+  p.ldx = pr.ldx;
+  p.gate_up = static_cast<const T*>(pr.gate_up);
+  p.down = static_cast<const T*>(pr.down);
+  p.act = static_cast<T*>(pr.act);
+  p.ids = a.ids;
+  p.weights = a.weights;
+  p.shared = static_cast<const T*>(a.shared);
+  p.shared_stride = a.shared_stride;
+  p.gate = a.gate;
+  p.gate_stride = a.gate_stride;
+  p.gate_f32 = a.gate_f32;
+  p.out = static_cast<T*>(a.out);
+  p.out_stride = a.out_stride;
+  p.hidden = static_cast<int>(pr.hidden);
+  p.inter = static_cast<int>(pr.inter);
+  p.experts = a.experts;
+  p.top_k = a.top_k;
+
+  const int64_t pairs = pr.tokens * a.top_k;
+  const dim3 gu_grid(static_cast<unsigned>(ceil_div(pr.inter, kPairWarps)),
+                     static_cast<unsigned>(pairs));
+  const bool vec_gu = pr.hidden % kN == 0 && is_aligned(pr.x, 16) && is_aligned(pr.gate_up, 16) &&
+                      (pr.tokens == 1 || (pr.ldx * sizeof(T)) % 16 == 0);
+  const size_t x_smem = static_cast<size_t>(pr.hidden) * sizeof(T);
+  if (vec_gu) {
+    moe_pair_gate_up_kernel<T, kN><<<gu_grid, kPairThreads, x_smem, stream>>>(p);
+  } else {
+    moe_pair_gate_up_kernel<T, 1><<<gu_grid, kPairThreads, x_smem, stream>>>(p);
+  }
+  VLLM_RETURN_IF_ERROR(check_launch("moe_pair_gate_up_kernel"));
+
+  const dim3 dn_grid(static_cast<unsigned>(ceil_div(pr.hidden, kDownRows)),
+                     static_cast<unsigned>(pr.tokens));
+  const unsigned dn_threads = static_cast<unsigned>(std::min(a.top_k, kDownMaxWarps) * kWarpSize);
+  const bool vec_dn = pr.inter % kN == 0 && is_aligned(pr.down, 16) && is_aligned(pr.act, 16);
+  if (vec_dn) {
+    moe_pair_down_kernel<T, kN><<<dn_grid, dn_threads, 0, stream>>>(p);
+  } else {
+    moe_pair_down_kernel<T, 1><<<dn_grid, dn_threads, 0, stream>>>(p);
+  }
+  return check_launch("moe_pair_down_kernel");
+}
+
+}  // namespace
+
+size_t moe_pair_smem_bytes(DType dtype, int64_t hidden) {
+  return static_cast<size_t>(hidden) * dtype_size(dtype);
+}
+
+Status launch_moe_pair_gemv(const MoeProblem& problem, const MoePairArgs& args,
+                            cudaStream_t stream) {
+  if (moe_pair_smem_bytes(problem.dtype, problem.hidden) > kMoePairMaxSmemBytes ||
+      args.top_k > kMoePairMaxSlots ||
+      problem.tokens > kMaxGridY || problem.tokens * args.top_k > kMaxGridY) {
+    return make_error(ErrorCode::kInternal, "launch_moe_pair_gemv: unchecked sizes");
+  }
+  if (problem.dtype == DType::kF32) return launch_pair<float>(problem, args, stream);
+  return launch_pair<__nv_bfloat16>(problem, args, stream);
+}
+
+}  // namespace vllm::cuda::detail
