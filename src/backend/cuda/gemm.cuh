@@ -27,11 +27,13 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // GEMV is faster; set_gemv_max_rows() turns it on for measurements.
 inline constexpr int64_t kGemvCrossoverRows = 0;
 // ... except for narrow outputs: at most this many output features (the MoE router, the GDN
-// b/a projection) and M <= kGemvMaxRows take the GEMV whatever set_gemv_max_rows says (unless
-// set_gemv_narrow(false)). cuBLASLt runs these few-MB products as a split-K GEMM of
-// three launches (~16 us on the 35B-A3B router, Nsight Compute); one GEMV launch reads the
-// same bytes.
-inline constexpr int64_t kGemvNarrowMaxN = 1024;
+// b/a projection, the output projections and MLP down of models of hidden size <= 2560) and
+// M <= kGemvMaxRows take the GEMV whatever set_gemv_max_rows says (unless
+// set_gemv_narrow(false)). cuBLASLt runs these products as a split-K GEMM plus a reduce
+// launch (~16 us on the 35B-A3B router; 8 + 2.5 us on its [2048, 4096] out_proj, 37% of the
+// bandwidth, Nsight Compute); the GEMV reads the same bytes in one launch (1.05-1.11x
+// cuBLASLt on the N = 2560 matrices of Qwen3.5-4B, GemvCudaBench).
+inline constexpr int64_t kGemvNarrowMaxN = 2560;
 
 class BlasContext {
  public:
