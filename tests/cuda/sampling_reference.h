@@ -26,7 +26,7 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 struct Case {
   SamplingParams params;
   std::vector<int32_t> prompt, output, eos;
-  SamplingRequestState state() const { return {&params, prompt, output, eos}; }
+  SamplingRequestState state() const { return {&params, prompt, output, eos, {}}; }
 };
 
 // The device view of a Case, with its sparse lists. Call bind() once the object has its

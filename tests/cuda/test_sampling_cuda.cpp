@@ -91,7 +91,11 @@ void expect_matches_cpu(const cuda::SampledToken& got, std::span<const float> ra
                         double u, bool compare_kept) {
   const SampleResult want = sample_row(raw, c.state(), u);
   EXPECT_EQ(got.token_id, want.token_id);
-  EXPECT_NEAR(got.logprob, want.logprob, kLogprobTolerance);
+  if (std::isnan(want.logprob)) {
+    EXPECT_TRUE(std::isnan(got.logprob)) << got.logprob;  // a row with nothing drawable
+  } else {
+    EXPECT_NEAR(got.logprob, want.logprob, kLogprobTolerance);
+  }
   if (got.token_id == want.token_id) {
     EXPECT_EQ(got.rank, want.rank);
   }
@@ -164,6 +168,46 @@ TEST_F(SamplingCuda, MatchesCpuOnRandomRows) {
     for (int64_t r = 0; r < rows; ++r) {
       cases.push_back(random_case(row_of(logits, r), rng_, &u[static_cast<size_t>(r)]));
     }
+    const std::vector<cuda::SampledToken> got = run_device(logits, cases, u);
+    ASSERT_EQ(got.size(), cases.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      SCOPED_TRACE(fmt::format("vocab {} row {}: {} u={}", vocab, r,
+                               describe(cases[static_cast<size_t>(r)].params),
+                               u[static_cast<size_t>(r)]));
+      expect_matches_cpu(got[static_cast<size_t>(r)], row_of(logits, r),
+                         cases[static_cast<size_t>(r)], u[static_cast<size_t>(r)], true);
+    }
+  }
+}
+
+// Plain rows (no edits, filters or top-N logprobs) run their passes over the row in segment
+// blocks; in a batch beside rows that take the one-block path, on vocabularies from 3 ids
+// (most segments empty) to Qwen3.5's 248,320, with ties, -inf runs and an all -inf row.
+TEST_F(SamplingCuda, PlainRowsMatchCpu) {
+  for (int64_t vocab : {int64_t{248320}, int64_t{151936}, int64_t{1000}, int64_t{7}, int64_t{3}}) {
+    const int64_t rows = 24;
+    Tensor logits = random_logits(rows, vocab, rng_);
+    float* data = logits.data<float>();
+    for (int64_t i = 0; i < vocab; ++i) {
+      data[1 * vocab + i] = static_cast<float>(i % 4);                 // ties at the top
+      data[2 * vocab + i] = i % 3 == 0 ? -INFINITY : data[2 * vocab + i];  // -inf runs
+      data[3 * vocab + i] = -INFINITY;                                 // nothing drawable
+    }
+    std::vector<Case> cases(static_cast<size_t>(rows));
+    std::vector<double> u(static_cast<size_t>(rows), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      SamplingParams& p = cases[static_cast<size_t>(r)].params;
+      p.temperature = r % 4 == 0 ? 0.0 : (r % 4 == 1 ? 0.7 : 1.0);
+      if (r % 6 == 5) p.logprobs = 2;  // not plain: the one-block path in the same batch
+      if (r % 8 == 7) p.top_k = 5;     // not plain either
+      if (!p.is_greedy()) {
+        std::vector<float> final_logits = cuda_test::cpu_before_top_p(
+            cuda_test::cpu_edited(row_of(logits, r), cases[static_cast<size_t>(r)]), p);
+        u[static_cast<size_t>(r)] =
+            r == 3 ? 0.5 : cuda_test::u_inside(final_logits, rng_, 1e-4);
+      }
+    }
+    u[5] = 0.0;  // the very first drawable token
     const std::vector<cuda::SampledToken> got = run_device(logits, cases, u);
     ASSERT_EQ(got.size(), cases.size());
     for (int64_t r = 0; r < rows; ++r) {
@@ -401,7 +445,7 @@ TEST_F(SamplingCuda, EngineSamplerMatchesCpuSampler) {
     for (int i = 0; i < r % 4; ++i) outputs[r].push_back(any(rng_));
   }
   std::vector<SamplingRequestState> states;
-  for (int r = 0; r < rows; ++r) states.push_back({&params[r], prompts[r], outputs[r], eos});
+  for (int r = 0; r < rows; ++r) states.push_back({&params[r], prompts[r], outputs[r], eos, {}});
 
   Sampler cpu(77), gpu(77), draws_of(77);
   for (int step = 0; step < 3; ++step) {
@@ -472,8 +516,8 @@ TEST_F(SamplingCuda, SeededRowsIgnoreBatchComposition) {
         const std::vector<float> row = step_logits(step, mine ? 0 : r + 1);
         std::copy(row.begin(), row.end(), logits.data<float>() + r * vocab);
         states.push_back(
-            mine ? SamplingRequestState{&seeded, {}, out, {}}
-                 : SamplingRequestState{&filler, {}, filler_out[static_cast<size_t>(r)], {}});
+            mine ? SamplingRequestState{&seeded, {}, out, {}, {}}
+                 : SamplingRequestState{&filler, {}, filler_out[static_cast<size_t>(r)], {}, {}});
       }
       auto logits_gpu = cuda::copy_to_device(logits);
       EXPECT_TRUE(logits_gpu);

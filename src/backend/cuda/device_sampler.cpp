@@ -111,6 +111,7 @@ struct DeviceSampler::Buffers {
   HostPtr results_host;  // [rows]
   DevicePtr results_device;
   DevicePtr work;                   // [work rows, work_stride]
+  DevicePtr segments;               // [rows][kSegments] SegmentStats, then SegmentDraw
   std::vector<DeviceEdit> edits;    // this step's entries, all rows
   std::vector<int32_t> edit_count;  // per row
 
@@ -120,6 +121,7 @@ struct DeviceSampler::Buffers {
     params_device.reset();
     results_device.reset();
     work.reset();
+    segments.reset();
   }
 };
 
@@ -165,10 +167,16 @@ Status DeviceSampler::reserve(size_t rows, size_t edits, size_t work_rows, int64
     if (new_rows > b.row_capacity) {
       b.results_host.reset();
       b.results_device.reset();
+      b.segments.reset();
       VLLM_ASSIGN_OR_RETURN(b.results_host,
                             host_alloc(new_rows * sizeof(DeviceResult), "sampling results"));
       VLLM_ASSIGN_OR_RETURN(b.results_device,
                             device_alloc(new_rows * sizeof(DeviceResult), "sampling results"));
+      VLLM_ASSIGN_OR_RETURN(
+          b.segments,
+          device_alloc(new_rows * sampling::kSegments *
+                           (sizeof(sampling::SegmentStats) + sizeof(sampling::SegmentDraw)),
+                       "per-segment sampling state"));
     }
     b.row_capacity = new_rows;
     b.edit_capacity = new_edits;
@@ -305,6 +313,7 @@ Status DeviceSampler::sample(const Tensor& logits, std::span<const SamplingRow> 
   auto* packed = static_cast<unsigned char*>(b.params_host.get());
   auto* device_rows = reinterpret_cast<DeviceRow*>(packed);
   int32_t edit_begin = 0, work_row = 0;
+  bool any_plain = false;
   for (size_t r = 0; r < rows.size(); ++r) {
     const SamplingRow& row = rows[r];
     DeviceRow d{};
@@ -324,6 +333,13 @@ Status DeviceSampler::sample(const Tensor& logits, std::span<const SamplingRow> 
     d.work_row = d.edit_count > 0 ? work_row++ : -1;
     d.flags = (greedy ? sampling::kRowGreedy : 0u) |
               (!greedy && row.min_p > 0.0 ? sampling::kRowMinP : 0u);
+    // (The segment kernels' grid holds up to 65535 rows.)
+    const bool plain = rows.size() <= 65535 && d.work_row < 0 && (d.flags & sampling::kRowMinP) == 0 && d.top_k == 0 &&
+                       d.top_p >= 1.0 && d.num_logprobs == 0;
+    if (plain) {
+      d.flags |= sampling::kRowPlain;
+      any_plain = true;
+    }
     device_rows[r] = d;
     edit_begin += d.edit_count;
   }
@@ -345,6 +361,10 @@ Status DeviceSampler::sample(const Tensor& logits, std::span<const SamplingRow> 
   args.work = static_cast<float*>(b.work.get());
   args.work_stride = b.work_stride;
   args.results = static_cast<DeviceResult*>(b.results_device.get());
+  args.segment_stats = static_cast<sampling::SegmentStats*>(b.segments.get());
+  args.segment_draw = reinterpret_cast<sampling::SegmentDraw*>(
+      args.segment_stats + b.row_capacity * sampling::kSegments);
+  args.any_plain = any_plain;
   VLLM_RETURN_IF_ERROR(
       sampling::launch_sample_rows(args, static_cast<int32_t>(rows.size()), stream));
   VLLM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.results_host.get(), b.results_device.get(),

@@ -12,7 +12,9 @@
 //             where the cumulative weight passes u * total is split again (from L2) until
 //             one warp scans the last <= 1024 ids
 //   logprobs  top-N: radix select on the raw row; rank and the top-N tokens: one pass
-// Greedy rows without edits and without top-N logprobs take the stats pass only.
+// Greedy rows without edits and without top-N logprobs take the stats pass only. "Plain" rows
+// (no edits, filters or top-N logprobs; greedy or not) run their passes in kSegments blocks
+// each (segment_*_kernel) and only merge and finish here.
 //
 // The kept set after min_p / top_k / top_p is always the first tokens in (value desc, id
 // asc) order, so it is held as one boundary (key, id). Weights exp(v - max) are fixed-point
@@ -169,25 +171,56 @@ __device__ void build_edited_row(const float* raw, float* work, int n, const Dev
   __syncthreads();
 }
 
+// The draw's weight of id i whose logit is v: exp(v / t - m) in fixed point when the token
+// is kept (key(v / t) > tau_key, or == tau_key with id <= tau_id; never -inf), else 0.
+__device__ __forceinline__ unsigned long long draw_weight(int i, float v, float t, float m,
+                                                          uint32_t tau_key, int tau_id,
+                                                          bool& kept) {
+  const float x = __fdiv_rn(v, t);
+  const uint32_t key = float_key(x);
+  kept = x != -INFINITY && (key > tau_key || (key == tau_key && i <= tau_id));
+  return kept ? fixed_weight(x, m) : 0ull;
+}
+
 // Inverse-CDF draw over the kept tokens (key(v) > tau_key, or == tau_key with id <= tau_id;
 // never -inf), v = src / t, weights exp(v - m): the first id in order whose cumulative weight
 // exceeds floor(u * total); the last drawable id if rounding leaves the target at the top.
 // Sets *num_kept to the number of kept tokens. Returns -1 only if nothing is drawable.
+// Where a draw continues when the part of the row it lands in is already known (a plain
+// row's segment): the range, the weight before it and the target.
+struct DrawStart {
+  int begin;
+  int end;
+  unsigned long long carry;
+  unsigned long long target;
+  int last_drawable;
+};
+
 __device__ __noinline__ int draw_token(KernelShared& ks, const float* src, int n, float t, float m,
-                                       uint32_t tau_key, int tau_id, double u, int* num_kept) {
+                                       uint32_t tau_key, int tau_id, double u, int* num_kept,
+                                       const DrawStart* start = nullptr) {
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = lane_id(), warp = warp_id();
   // The weight of id i whose logit is v (0 unless kept).
   auto weight_of = [&](int i, float v, bool& kept) -> unsigned long long {
-    const float x = __fdiv_rn(v, t);
-    const uint32_t key = float_key(x);
-    kept = x != -INFINITY && (key > tau_key || (key == tau_key && i <= tau_id));
-    return kept ? fixed_weight(x, m) : 0ull;
+    return draw_weight(i, v, t, m, tau_key, tau_id, kept);
   };
 
   int begin = 0, end = n;
   unsigned long long carry = 0, target = 0;
   bool first = true;
+  if (start != nullptr) {
+    begin = start->begin;
+    end = start->end;
+    carry = start->carry;
+    target = start->target;
+    first = false;
+    if (tid == 0) {
+      ks.target = start->target;
+      ks.last_drawable = start->last_drawable;
+    }
+    __syncthreads();
+  }
   do {
     // Split [begin, end) into one part per warp; find the part where the draw lands.
     const int part = (end - begin + kWarps - 1) / kWarps;
@@ -354,6 +387,164 @@ __device__ __noinline__ int sample_filtered(KernelShared& ks, const float* src, 
   return draw_token(ks, src, n, t, m, tau_key, tau_id, row.uniform, num_kept);
 }
 
+// ---- Plain rows: the passes over the row in kSegments blocks --------------------------------
+// A plain row (kRowPlain) needs the raw log-sum-exp and argmax, the draw's weight total and
+// the chosen token's rank: three passes over the vocabulary, which one block per row runs at
+// one SM's pace (~70 us each for 248k logits). The segment kernels run them in kSegments
+// blocks per row; sample_rows_kernel merges the segments' results in segment order and
+// finishes the draw inside the segment it lands in. The weights are fixed-point integers, so
+// the totals, the target and the token are those of the one-block passes exactly.
+
+__device__ __forceinline__ void segment_range(int n, int s, int& begin, int& end) {
+  const int len = ((n + kSegments - 1) / kSegments + 3) / 4 * 4;  // 16-byte aligned starts
+  begin = min(n, s * len);
+  end = min(n, begin + len);
+}
+
+// The row's argmax value from its segments (the draw's max is that value / t).
+__device__ __forceinline__ ArgMax merged_best(const SegmentStats* seg) {
+  ArgMax best{-INFINITY, 0x7fffffff};
+  for (int k = 0; k < kSegments; ++k) best = better(best, ArgMax{seg[k].best_value, seg[k].best_index});
+  return best;
+}
+
+// Pass 1 (grid kSegments x rows): raw log-sum-exp state and argmax of each segment.
+__global__ void __launch_bounds__(kThreads) segment_stats_kernel(const SampleArgs args) {
+  __shared__ KernelShared ks;
+  const int s = static_cast<int>(blockIdx.x), r = static_cast<int>(blockIdx.y);
+  if ((args.rows[r].flags & kRowPlain) == 0) return;  // the whole block
+  const float* raw = args.logits + static_cast<int64_t>(r) * args.logits_stride;
+  int begin, end;
+  segment_range(args.vocab, s, begin, end);
+  Online stats{-INFINITY, 0.0, 0};
+  ArgMax best{-INFINITY, 0x7fffffff};
+  for_each_element(raw + begin, end - begin, [&](int i, float v) {
+    online_add(stats, v);
+    best = better(best, ArgMax{v, begin + i});
+  });
+  stats = block_online(stats, ks);
+  best = block_argmax(best, ks);
+  if (threadIdx.x == 0) {
+    args.segment_stats[r * kSegments + s] =
+        SegmentStats{stats.sum, stats.max, stats.at_max, best.value, best.index};
+  }
+}
+
+// Pass 2 (grid kSegments x rows, non-greedy plain rows): each segment's fixed-point weight
+// total, kept count and last drawable id.
+__global__ void __launch_bounds__(kThreads) segment_draw_kernel(const SampleArgs args) {
+  __shared__ KernelShared ks;
+  const int s = static_cast<int>(blockIdx.x), r = static_cast<int>(blockIdx.y);
+  const DeviceRow row = args.rows[r];
+  if ((row.flags & kRowPlain) == 0 || (row.flags & kRowGreedy) != 0) return;
+  const float* raw = args.logits + static_cast<int64_t>(r) * args.logits_stride;
+  const float t = row.temperature;
+  const float m = __fdiv_rn(merged_best(args.segment_stats + r * kSegments).value, t);
+  int begin, end;
+  segment_range(args.vocab, s, begin, end);
+  unsigned long long sum = 0;
+  int kept_count = 0, last = -1;
+  if (m != -INFINITY) {
+    for_each_element(raw + begin, end - begin, [&](int i, float v) {
+      bool kept;
+      const unsigned long long w = draw_weight(begin + i, v, t, m, 0u, 0x7fffffff, kept);
+      sum += w;
+      kept_count += kept;
+      if (w > 0) last = max(last, begin + i);
+    });
+  }
+  sum = block_reduce(sum, Sum{}, ks.part_sum);
+  kept_count = block_reduce(kept_count, Sum{}, ks.count);
+  last = block_reduce(last, Max{}, ks.count);
+  if (threadIdx.x == 0) args.segment_draw[r * kSegments + s] = SegmentDraw{sum, kept_count, last};
+}
+
+// Pass 3 (grid kSegments x rows, non-greedy plain rows, after sample_rows_kernel): the rank of
+// the chosen token, raw logits >= its own, added up by integer atomics (exact in any order).
+__global__ void __launch_bounds__(kThreads) segment_rank_kernel(const SampleArgs args) {
+  __shared__ KernelShared ks;
+  const int s = static_cast<int>(blockIdx.x), r = static_cast<int>(blockIdx.y);
+  const DeviceRow row = args.rows[r];
+  if ((row.flags & kRowPlain) == 0 || (row.flags & kRowGreedy) != 0) return;
+  const float* raw = args.logits + static_cast<int64_t>(r) * args.logits_stride;
+  const float chosen = raw[args.results[r].token_id];
+  int begin, end;
+  segment_range(args.vocab, s, begin, end);
+  int at_least = 0;
+  for_each_element(raw + begin, end - begin, [&](int, float v) { at_least += v >= chosen; });
+  at_least = block_reduce(at_least, Sum{}, ks.count);
+  if (threadIdx.x == 0 && at_least > 0) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(&args.results[r].rank),
+              static_cast<unsigned long long>(at_least));
+  }
+}
+
+// sample_rows_kernel's plain row: the segments' results merged in segment order, the draw
+// finished inside its segment; the rank of a sampled token is left to segment_rank_kernel.
+__device__ __noinline__ void sample_plain_row(KernelShared& ks, const SampleArgs& args, int r,
+                                              const DeviceRow& row) {
+  const int n = args.vocab;
+  const float* raw = args.logits + static_cast<int64_t>(r) * args.logits_stride;
+  const SegmentStats* seg = args.segment_stats + r * kSegments;
+  Online raw_stats{-INFINITY, 0.0, 0};
+  ArgMax best{-INFINITY, 0x7fffffff};
+  for (int k = 0; k < kSegments; ++k) {
+    raw_stats = online_merge(raw_stats, Online{seg[k].max, seg[k].sum, seg[k].at_max});
+    best = better(best, ArgMax{seg[k].best_value, seg[k].best_index});
+  }
+  const double log_z = static_cast<double>(raw_stats.max) + log(raw_stats.sum);
+  const bool greedy = (row.flags & kRowGreedy) != 0;
+  int token = best.index;
+  int num_kept = 1;
+  if (!greedy) {
+    const float t = row.temperature;
+    const float m = __fdiv_rn(best.value, t);
+    if (m == -INFINITY) {
+      num_kept = 0;
+    } else {
+      const SegmentDraw* draw = args.segment_draw + r * kSegments;
+      unsigned long long total = 0;
+      int total_kept = 0, last_drawable = -1;
+      for (int k = 0; k < kSegments; ++k) {
+        total += draw[k].sum;
+        total_kept += draw[k].kept;
+        last_drawable = max(last_drawable, draw[k].last);
+      }
+      num_kept = total_kept;
+      const auto target = static_cast<unsigned long long>(row.uniform * static_cast<double>(total));
+      unsigned long long carry = 0;
+      int chosen = -1;
+      for (int k = 0; k < kSegments; ++k) {
+        if (carry + draw[k].sum > target) {
+          chosen = k;
+          break;
+        }
+        carry += draw[k].sum;
+      }
+      if (chosen < 0) {
+        token = last_drawable;
+      } else {
+        DrawStart start{0, 0, carry, target, last_drawable};
+        segment_range(n, chosen, start.begin, start.end);
+        int unused = 0;
+        token = draw_token(ks, raw, n, t, m, 0u, 0x7fffffff, row.uniform, &unused, &start);
+      }
+      if (token < 0) token = best.index;
+    }
+  }
+  if (token < 0 || token >= n) token = 0;  // only NaN logits get here
+  if (threadIdx.x == 0) {
+    DeviceResult& out = args.results[r];
+    out.token_id = token;
+    out.logprob = static_cast<float>(static_cast<double>(raw[token]) - log_z);
+    // A greedy row chose the raw max: its rank is the count at the max. A sampled token's
+    // rank is added by segment_rank_kernel.
+    out.rank = greedy ? raw_stats.at_max : 0;
+    out.num_kept = num_kept;
+    out.num_top = 0;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const SampleArgs args) {
   __shared__ KernelShared ks;
   SelectShared& s = ks.select;
@@ -362,6 +553,10 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const SampleArgs 
   if (tid == 0) ks.row = args.rows[r];
   __syncthreads();
   const DeviceRow& row = ks.row;
+  if (row.flags & kRowPlain) {
+    sample_plain_row(ks, args, r, row);
+    return;
+  }
   const int n = args.vocab;
   const float* raw = args.logits + static_cast<int64_t>(r) * args.logits_stride;
   const float* src = raw;
@@ -474,8 +669,20 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const SampleArgs 
 
 Status launch_sample_rows(const SampleArgs& args, int32_t num_rows, cudaStream_t stream) {
   if (num_rows <= 0) return Status::ok();
+  const dim3 segments(kSegments, static_cast<unsigned int>(num_rows));
+  if (args.any_plain) {
+    segment_stats_kernel<<<segments, kThreads, 0, stream>>>(args);
+    VLLM_RETURN_IF_ERROR(check_launch("segment_stats_kernel"));
+    segment_draw_kernel<<<segments, kThreads, 0, stream>>>(args);
+    VLLM_RETURN_IF_ERROR(check_launch("segment_draw_kernel"));
+  }
   sample_rows_kernel<<<static_cast<unsigned int>(num_rows), kThreads, 0, stream>>>(args);
-  return check_launch("sample_rows_kernel");
+  VLLM_RETURN_IF_ERROR(check_launch("sample_rows_kernel"));
+  if (args.any_plain) {
+    segment_rank_kernel<<<segments, kThreads, 0, stream>>>(args);
+    VLLM_RETURN_IF_ERROR(check_launch("segment_rank_kernel"));
+  }
+  return Status::ok();
 }
 
 }  // namespace vllm::cuda::sampling

@@ -15,6 +15,12 @@ namespace vllm::cuda::sampling {
 // DeviceRow::flags
 inline constexpr uint32_t kRowGreedy = 1u << 0;
 inline constexpr uint32_t kRowMinP = 1u << 1;
+// A "plain" row: no edits, no min_p / top_k / top_p, no top-N logprobs. Its passes over the
+// row run in kSegments blocks each (sampling.cu) instead of its one block.
+inline constexpr uint32_t kRowPlain = 1u << 2;
+
+// Blocks per plain row: a 248k-token vocabulary is ~7.8k logits per block.
+inline constexpr int kSegments = 32;
 
 // One row's parameters, already in the arithmetic types the CPU sampler uses.
 struct DeviceRow {
@@ -61,6 +67,20 @@ struct DeviceResult {
   float top_logprobs[kMaxDeviceLogprobs];
 };
 
+// One segment's share of a plain row, written by the segment kernels (sampling.cu).
+struct SegmentStats {  // the raw logits: log-sum-exp state and argmax
+  double sum;          // sum of exp(v - max)
+  float max;
+  int32_t at_max;      // values equal to max
+  float best_value;    // argmax value and index (ties to the lowest id; INT_MAX: empty)
+  int32_t best_index;
+};
+struct SegmentDraw {  // the draw's fixed-point weights over the segment
+  unsigned long long sum;
+  int32_t kept;
+  int32_t last;  // last id with a nonzero weight, -1: none
+};
+
 struct SampleArgs {
   const float* logits;  // [rows, vocab], row stride logits_stride
   int64_t logits_stride;
@@ -70,9 +90,13 @@ struct SampleArgs {
   float* work;  // [work rows, vocab], row stride work_stride
   int64_t work_stride;
   DeviceResult* results;  // [rows]
+  SegmentStats* segment_stats;  // [rows][kSegments]
+  SegmentDraw* segment_draw;    // [rows][kSegments]
+  bool any_plain;               // some row has kRowPlain: run the segment kernels
 };
 
-// Launches one block per row on `stream`; returns launch errors only.
+// Launches the sampling kernels on `stream` (one block per row, plus kSegments blocks per
+// plain row for its passes); returns launch errors only.
 Status launch_sample_rows(const SampleArgs& args, int32_t num_rows, cudaStream_t stream);
 
 }  // namespace vllm::cuda::sampling
