@@ -1,5 +1,6 @@
 // Microbenchmarks of the CPU ops, starting with linear() (the bulk of CPU inference time):
-// f32 and bf16 weights at decode (M = 1, 8) and prefill (M = 128) sizes, N = K = 2048.
+// f32 and bf16 weights at decode (M = 1, 8) and prefill (M = 128) sizes, N = K = 2048, for
+// each kernel variant (portable, AVX2, AVX-512; variants the CPU lacks are skipped).
 // Reports GFLOP/s (2*M*N*K per call) and weight bytes streamed per second. BM_SgemmBaseline
 // is one single-threaded OpenBLAS sgemm over the whole problem (f32 weights), the reference
 // point for linear() run with VLLM_CPU_THREADS=1.
@@ -10,6 +11,7 @@
 
 #include <random>
 
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/ops.h"
 #include "base/float_convert.h"
 #include "base/thread_pool.h"
@@ -34,7 +36,11 @@ Tensor to_bf16(const Tensor& src) {
   return t;
 }
 
-void BM_Linear(benchmark::State& state, DType weight_dtype) {
+void BM_Linear(benchmark::State& state, DType weight_dtype, cpu::CpuIsa isa) {
+  if (cpu::set_active_isa(isa) != isa) {
+    state.SkipWithError("this CPU does not support the ISA");
+    return;
+  }
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
   Tensor x = random_f32({M, K}, 1);
   Tensor w = random_f32({N, K}, 2);
@@ -81,8 +87,13 @@ void linear_sizes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "N", "K"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
-BENCHMARK_CAPTURE(BM_Linear, f32, DType::kF32)->Apply(linear_sizes);
-BENCHMARK_CAPTURE(BM_Linear, bf16, DType::kBF16)->Apply(linear_sizes);
+using cpu::CpuIsa;
+BENCHMARK_CAPTURE(BM_Linear, f32_portable, DType::kF32, CpuIsa::kPortable)->Apply(linear_sizes);
+BENCHMARK_CAPTURE(BM_Linear, f32_avx2, DType::kF32, CpuIsa::kAvx2)->Apply(linear_sizes);
+BENCHMARK_CAPTURE(BM_Linear, f32_avx512, DType::kF32, CpuIsa::kAvx512)->Apply(linear_sizes);
+BENCHMARK_CAPTURE(BM_Linear, bf16_portable, DType::kBF16, CpuIsa::kPortable)->Apply(linear_sizes);
+BENCHMARK_CAPTURE(BM_Linear, bf16_avx2, DType::kBF16, CpuIsa::kAvx2)->Apply(linear_sizes);
+BENCHMARK_CAPTURE(BM_Linear, bf16_avx512, DType::kBF16, CpuIsa::kAvx512)->Apply(linear_sizes);
 BENCHMARK(BM_SgemmBaseline)->Apply(linear_sizes);
 
 }  // namespace

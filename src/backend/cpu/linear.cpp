@@ -2,8 +2,8 @@
 //
 // Work is split over output columns N across our thread pool; OpenBLAS is pinned to one
 // thread so the two pools don't oversubscribe the cores. M <= 8 (decode) takes the direct
-// kernel in linear_direct.cpp; larger M calls sgemm per column block, decoding BF16/F16
-// weight blocks into per-thread f32 scratch first.
+// kernel in linear_direct.cpp (or its AVX2 / AVX-512 variant, by cpu_isa.h); larger M calls
+// sgemm per column block, decoding BF16/F16 weight blocks into per-thread f32 scratch first.
 #include <cblas.h>
 
 #include <algorithm>
@@ -48,7 +48,19 @@ void use_single_threaded_blas() {
   });
 }
 
-void linear_blas(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+void decode_weights(const void* src, DType dtype, int64_t count, float* dst, CpuIsa isa) {
+  const auto* bits = static_cast<const uint16_t*>(src);
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return decode_to_f32_avx512(bits, dtype, count, dst);
+    case CpuIsa::kAvx2:
+      return decode_to_f32_avx2(bits, dtype, count, dst);
+    default:
+      return decode_to_f32(src, dtype, count, dst);
+  }
+}
+
+void linear_blas(const LinearArgs& a, int64_t n_begin, int64_t n_end, CpuIsa isa) {
   if (a.w_dtype == DType::kF32) {
     sgemm_block(a, static_cast<const float*>(a.w) + n_begin * a.K, n_begin, n_end - n_begin);
   } else {
@@ -58,7 +70,7 @@ void linear_blas(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlasBlockN) {
       const int64_t rows = std::min(kBlasBlockN, n_end - n0);
       const char* src = static_cast<const char*>(a.w) + static_cast<size_t>(n0) * row_bytes;
-      decode_to_f32(src, a.w_dtype, rows * a.K, scratch.data());
+      decode_weights(src, a.w_dtype, rows * a.K, scratch.data(), isa);
       sgemm_block(a, scratch.data(), n0, rows);
     }
   }
@@ -120,13 +132,17 @@ Status linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&
     return Status::ok();
   }
 
+  const CpuIsa isa = active_isa();
   if (M <= detail::kDirectMaxM) {
     // ~64K multiply-adds per chunk at least, in whole 4-row tiles.
     int64_t grain = std::max<int64_t>(4, (65536 / (M * K) + 3) / 4 * 4);
-    parallel_for(0, N, grain, [&](int64_t b, int64_t e) { detail::linear_direct(args, b, e); });
+    auto kernel = isa == CpuIsa::kAvx512 ? detail::linear_direct_avx512
+                  : isa == CpuIsa::kAvx2 ? detail::linear_direct_avx2
+                                         : detail::linear_direct;
+    parallel_for(0, N, grain, [&](int64_t b, int64_t e) { kernel(args, b, e); });
   } else {
     detail::use_single_threaded_blas();
-    parallel_for(0, N, 64, [&](int64_t b, int64_t e) { detail::linear_blas(args, b, e); });
+    parallel_for(0, N, 64, [&](int64_t b, int64_t e) { detail::linear_blas(args, b, e, isa); });
   }
   return Status::ok();
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/cpu_isa.h"
 #include "tensor/dtype.h"
 
 namespace vllm::cpu::detail {
@@ -24,10 +25,19 @@ struct LinearArgs {
 constexpr int64_t kDirectMaxM = 8;
 
 // Direct kernel for M <= kDirectMaxM: weight tiles are decoded once and dotted with every row.
+// The portable kernel (the reference) and its AVX2 / AVX-512 variants (linear_avx2.cpp,
+// linear_avx512.cpp; call only where cpu_isa.h says the CPU has them).
 void linear_direct(const LinearArgs& args, int64_t n_begin, int64_t n_end);
+void linear_direct_avx2(const LinearArgs& args, int64_t n_begin, int64_t n_end);
+void linear_direct_avx512(const LinearArgs& args, int64_t n_begin, int64_t n_end);
 
-// BLAS kernel: sgemm on the weight rows, decoding BF16/F16 blocks into per-thread scratch.
-void linear_blas(const LinearArgs& args, int64_t n_begin, int64_t n_end);
+// BF16/F16 -> f32 widening (exact, so every variant gives the same bits as decode_to_f32).
+void decode_to_f32_avx2(const uint16_t* src, DType dtype, int64_t count, float* dst);
+void decode_to_f32_avx512(const uint16_t* src, DType dtype, int64_t count, float* dst);
+
+// BLAS kernel: sgemm on the weight rows, decoding BF16/F16 blocks into per-thread scratch
+// with the widening of `isa`.
+void linear_blas(const LinearArgs& args, int64_t n_begin, int64_t n_end, CpuIsa isa);
 
 // Sets OpenBLAS to one thread (once per process): parallelism comes from our pool.
 void use_single_threaded_blas();

@@ -1,0 +1,175 @@
+// The small-M (decode) linear kernel for AVX-512 CPUs: out[m, n] = sum_k x[m, k] * w[n, k]
+// for M <= kDirectMaxM, reading each weight row once for all M activation rows.
+//
+// A tile is R weight rows x 16 columns: the weights are widened to f32 in registers (BF16:
+// a 16-bit shift; F16: vcvtph2ps; both exact) and fused-multiply-added into M x R
+// accumulators, with R chosen so the accumulators, the R weight vectors and one x vector fit
+// in the 32 zmm registers. The last K % 16 columns use masked loads. Sums differ from the
+// portable kernel only by f32 rounding (other order, FMA).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backend/cpu/linear_kernels.h"
+
+// GCC 12 reports its own AVX-512 intrinsics (their self-initialised "undefined" vectors) as
+// uninitialised; nothing here reads an uninitialised value.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define VLLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+namespace vllm::cpu::detail {
+namespace {
+
+enum WeightKind { kF32W, kBF16W, kF16W };
+
+template <int kKind>
+VLLM_AVX512 inline __m512 load_w(const void* row, int64_t k) {
+  if constexpr (kKind == kF32W) {
+    return _mm512_loadu_ps(static_cast<const float*>(row) + k);
+  } else {
+    const __m256i h =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + k));
+    if constexpr (kKind == kBF16W) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+
+template <int kKind>
+VLLM_AVX512 inline __m512 load_w_masked(const void* row, int64_t k, __mmask16 mask) {
+  if constexpr (kKind == kF32W) {
+    return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(row) + k);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(row) + k);
+    if constexpr (kKind == kBF16W) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+
+VLLM_AVX512 inline float load_scalar(const void* p, DType dtype, int64_t i) {
+  if (dtype == DType::kF32) return static_cast<const float*>(p)[i];
+  const uint16_t bits = static_cast<const uint16_t*>(p)[i];
+  if (dtype == DType::kBF16) {
+    const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+    float f;
+    __builtin_memcpy(&f, &wide, sizeof(f));
+    return f;
+  }
+  return _cvtsh_ss(bits);
+}
+
+// Rows [n0, n0 + rows) (rows <= R) of the output for all M rows of x.
+template <int kKind, int M, int R>
+VLLM_AVX512 void tile(const LinearArgs& a, int64_t n0, int64_t rows) {
+  const int64_t K = a.K;
+  const size_t elem = kKind == kF32W ? 4 : 2;
+  const char* w[R];
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) {
+    const int64_t n = n0 + (j < rows ? j : rows - 1);  // past the end: repeat the last row
+    w[j] = static_cast<const char*>(a.w) + static_cast<size_t>(n * K) * elem;
+  }
+  __m512 acc[M][R];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) acc[m][j] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) wv[j] = load_w<kKind>(w[j], k);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 xv = _mm512_loadu_ps(a.x + m * a.ldx + k);
+#pragma GCC unroll 8
+      for (int j = 0; j < R; ++j) acc[m][j] = _mm512_fmadd_ps(xv, wv[j], acc[m][j]);
+    }
+  }
+  if (k < K) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1);
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) wv[j] = load_w_masked<kKind>(w[j], k, mask);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, a.x + m * a.ldx + k);
+#pragma GCC unroll 8
+      for (int j = 0; j < R; ++j) acc[m][j] = _mm512_fmadd_ps(xv, wv[j], acc[m][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+    float* o = a.out + m * a.ldo + n0;
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) {
+      if (j >= rows) break;
+      float sum = _mm512_reduce_add_ps(acc[m][j]);
+      if (a.bias != nullptr) sum += load_scalar(a.bias, a.bias_dtype, n0 + j);
+      o[j] = sum;
+    }
+  }
+}
+
+// Accumulators M x R <= 16 (plus R weights and one x in the 32 registers).
+template <int M>
+constexpr int rows_per_tile() {
+  return M == 1 ? 8 : M <= 4 ? 4 : 2;
+}
+
+template <int kKind, int M>
+VLLM_AVX512 void run_rows(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  constexpr int R = rows_per_tile<M>();
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += R) {
+    const int64_t rows = n_end - n0 < R ? n_end - n0 : R;
+    tile<kKind, M, R>(a, n0, rows);
+  }
+}
+
+template <int kKind>
+VLLM_AVX512 void run_kind(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  switch (a.M) {
+    case 1: return run_rows<kKind, 1>(a, n_begin, n_end);
+    case 2: return run_rows<kKind, 2>(a, n_begin, n_end);
+    case 3: return run_rows<kKind, 3>(a, n_begin, n_end);
+    case 4: return run_rows<kKind, 4>(a, n_begin, n_end);
+    case 5: return run_rows<kKind, 5>(a, n_begin, n_end);
+    case 6: return run_rows<kKind, 6>(a, n_begin, n_end);
+    case 7: return run_rows<kKind, 7>(a, n_begin, n_end);
+    default: return run_rows<kKind, 8>(a, n_begin, n_end);
+  }
+}
+
+}  // namespace
+
+VLLM_AVX512 void linear_direct_avx512(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  switch (a.w_dtype) {
+    case DType::kBF16: return run_kind<kBF16W>(a, n_begin, n_end);
+    case DType::kF16: return run_kind<kF16W>(a, n_begin, n_end);
+    default: return run_kind<kF32W>(a, n_begin, n_end);
+  }
+}
+
+VLLM_AVX512 void decode_to_f32_avx512(const uint16_t* src, DType dtype, int64_t count, float* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m512 v = dtype == DType::kBF16 ? load_w<kBF16W>(src, i) : load_w<kF16W>(src, i);
+    _mm512_storeu_ps(dst + i, v);
+  }
+  if (i < count) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (count - i)) - 1);
+    __m512 v = dtype == DType::kBF16 ? load_w_masked<kBF16W>(src, i, mask)
+                                     : load_w_masked<kF16W>(src, i, mask);
+    _mm512_mask_storeu_ps(dst + i, mask, v);
+  }
+}
+
+}  // namespace vllm::cpu::detail

@@ -1,0 +1,126 @@
+// Every SIMD variant of the CPU kernels against the portable one, on each variant this
+// machine supports (cpu_isa.h): bitwise where the math is the same (weight widening), within
+// f32 rounding where the summation order differs (FMA dot products).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/ops.h"
+#include "op_test_util.h"
+
+namespace vllm {
+namespace {
+
+using namespace vllm::test;  // NOLINT(google-build-using-namespace)
+using cpu::CpuIsa;
+
+// Runs the body with the given ISA active, restoring the previous one afterwards.
+class IsaScope {
+ public:
+  explicit IsaScope(CpuIsa isa) : saved_(cpu::active_isa()) { active_ = cpu::set_active_isa(isa); }
+  ~IsaScope() { cpu::set_active_isa(saved_); }
+  CpuIsa active() const { return active_; }
+
+ private:
+  CpuIsa saved_, active_;
+};
+
+// The SIMD ISAs this CPU can run (skipping the test body for the others).
+std::vector<CpuIsa> simd_isas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) <= static_cast<int>(cpu::detected_isa())) out.push_back(isa);
+  }
+  return out;
+}
+
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> av = values_of(a), bv = values_of(b);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < av.size(); ++i) {
+    num += (av[i] - bv[i]) * (av[i] - bv[i]);
+    den += bv[i] * bv[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
+TEST(CpuSimd, ReportsTheDetectedIsa) {
+  // Not an assertion on the machine: the names the logs and VLLM_CPU_ISA use.
+  EXPECT_EQ(cpu::isa_name(CpuIsa::kPortable), "portable");
+  EXPECT_EQ(cpu::isa_name(CpuIsa::kAvx2), "avx2");
+  EXPECT_EQ(cpu::isa_name(CpuIsa::kAvx512), "avx512");
+  IsaScope scope(CpuIsa::kAvx512);
+  EXPECT_EQ(scope.active(), cpu::detected_isa());  // lowered to what the CPU has
+}
+
+struct LinearCase {
+  int64_t M, N, K;
+};
+
+// Every M of the direct kernel, tails in K (vector width) and N (tile rows), and the BLAS
+// path above kDirectMaxM (whose weight widening must be bitwise the portable one).
+constexpr LinearCase kLinearCases[] = {{1, 1, 1},   {1, 37, 15},  {1, 129, 1000}, {2, 9, 17},
+                                       {3, 33, 64}, {4, 65, 100}, {5, 7, 31},     {6, 19, 250},
+                                       {7, 40, 8},  {8, 130, 77}, {9, 33, 70},    {40, 65, 300}};
+
+TEST(CpuSimd, LinearMatchesPortable) {
+  for (CpuIsa isa : simd_isas()) {
+    for (LinearCase c : kLinearCases) {
+      for (DType dtype : kWeightDTypes) {
+        Tensor x = random_f32({c.M, c.K}, 11);
+        Tensor w = cast_to(random_f32({c.N, c.K}, 12), dtype);
+        Tensor bias = cast_to(random_f32({c.N}, 13), dtype);
+        Tensor want = Tensor::empty({c.M, c.N}, DType::kF32);
+        Tensor got = Tensor::empty({c.M, c.N}, DType::kF32);
+        {
+          IsaScope portable(CpuIsa::kPortable);
+          ASSERT_TRUE(cpu::linear(x, w, bias, want).is_ok());
+        }
+        {
+          IsaScope simd(isa);
+          ASSERT_TRUE(cpu::linear(x, w, bias, got).is_ok());
+        }
+        const std::string what = fmt::format("{} M={} N={} K={} {}", cpu::isa_name(isa), c.M, c.N,
+                                             c.K, dtype_name(dtype));
+        if (c.M > 8) {
+          EXPECT_TRUE(bitwise_equal(got, want)) << what;  // same sgemm on the same f32 weights
+        } else {
+          EXPECT_LT(max_rel_diff(got, want), 2e-6) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuSimd, LinearReadsRowStridedViews) {
+  for (CpuIsa isa : simd_isas()) {
+    const int64_t M = 5, N = 23, K = 45;
+    Tensor x_wide = random_f32({M, K + 10}, 21);
+    Tensor x = x_wide.slice(1, 5, 5 + K);
+    Tensor w = cast_to(random_f32({N, K}, 22), DType::kBF16);
+    Tensor out_wide = Tensor::zeros({M, N + 6}, DType::kF32);
+    Tensor out = out_wide.slice(1, 2, 2 + N);
+    Tensor want = Tensor::empty({M, N}, DType::kF32);
+    {
+      IsaScope portable(CpuIsa::kPortable);
+      ASSERT_TRUE(cpu::linear(x, w, Tensor(), want).is_ok());
+    }
+    IsaScope simd(isa);
+    ASSERT_TRUE(cpu::linear(x, w, Tensor(), out).is_ok());
+    EXPECT_LT(max_rel_diff(out.clone(), want), 2e-6) << cpu::isa_name(isa);
+    for (int64_t m = 0; m < M; ++m) {  // columns outside the view stay untouched
+      for (int64_t n : {int64_t{0}, int64_t{1}, 2 + N, 5 + N}) {
+        EXPECT_EQ(out_wide.data<float>()[m * (N + 6) + n], 0.0f);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vllm
