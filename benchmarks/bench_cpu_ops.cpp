@@ -84,6 +84,7 @@ void BM_SgemmBaseline(benchmark::State& state) {
 
 void linear_sizes(benchmark::internal::Benchmark* b) {
   for (int64_t m : {1, 8, 128}) b->Args({m, 2048, 2048});
+  for (int64_t m : {1, 8}) b->Args({m, 8192, 256});  // the demo model's lm_head
   b->ArgNames({"M", "N", "K"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
