@@ -105,8 +105,15 @@ Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& ex
                    const Tensor& topk_weights, const Tensor& topk_ids,
                    const MoeSharedExpert& shared, Tensor& out) {
   if (out.device().is_cpu()) {
-    VLLM_RETURN_IF_ERROR(cpu::moe_experts(
-        x, cpu::experts_from_stacked(experts.gate_up, experts.down), topk_weights, topk_ids, out));
+    const bool shaped = x.ndim() == 2 && topk_ids.ndim() == 2 && experts.gate_up.ndim() == 3 &&
+                        experts.down.ndim() == 3;  // else moe_experts_stacked says what is wrong
+    const int64_t bytes = !shaped ? 0
+                                  : static_cast<int64_t>(cpu::moe_experts_scratch_bytes(
+                                        x.size(0), topk_ids.size(1), x.size(1),
+                                        experts.down.size(2), experts.gate_up.size(0)));
+    VLLM_ASSIGN_OR_RETURN(Tensor scratch, ctx.alloc({bytes}, DType::kU8));
+    VLLM_RETURN_IF_ERROR(cpu::moe_experts_stacked(x, experts.gate_up, experts.down, topk_weights,
+                                                  topk_ids, scratch, out));
     if (!shared.out.defined()) return Status::ok();
     VLLM_ASSIGN_OR_RETURN(Tensor gate, detail::contiguous(ctx, shared.gate));
     return cpu::add_sigmoid_gated(out, shared.out, gate);

@@ -77,6 +77,32 @@ void linear_blas(const LinearArgs& a, int64_t n_begin, int64_t n_end, CpuIsa isa
   add_bias(a, n_begin, n_end);
 }
 
+void run_linear(const LinearArgs& args) {
+  const int64_t M = args.M, N = args.N, K = args.K;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // empty sum: out = bias (or 0)
+    for (int64_t m = 0; m < M; ++m) {
+      float* o = args.out + m * args.ldo;
+      for (int64_t n = 0; n < N; ++n) {
+        o[n] = args.bias ? load_f32(args.bias, args.bias_dtype, n) : 0.0f;
+      }
+    }
+    return;
+  }
+  const CpuIsa isa = active_isa();
+  if (M <= kDirectMaxM) {
+    // ~64K multiply-adds per chunk at least, in whole 4-row tiles.
+    int64_t grain = std::max<int64_t>(4, (65536 / (M * K) + 3) / 4 * 4);
+    auto kernel = isa == CpuIsa::kAvx512 ? linear_direct_avx512
+                  : isa == CpuIsa::kAvx2 ? linear_direct_avx2
+                                         : linear_direct;
+    parallel_for(0, N, grain, [&](int64_t b, int64_t e) { kernel(args, b, e); });
+  } else {
+    use_single_threaded_blas();
+    parallel_for(0, N, 64, [&](int64_t b, int64_t e) { linear_blas(args, b, e, isa); });
+  }
+}
+
 }  // namespace detail
 
 Status linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
@@ -122,28 +148,7 @@ Status linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&
   args.N = N;
   args.K = K;
 
-  if (K == 0) {  // empty sum: out = bias (or 0)
-    for (int64_t m = 0; m < M; ++m) {
-      float* o = args.out + m * args.ldo;
-      for (int64_t n = 0; n < N; ++n) {
-        o[n] = args.bias ? detail::load_f32(args.bias, args.bias_dtype, n) : 0.0f;
-      }
-    }
-    return Status::ok();
-  }
-
-  const CpuIsa isa = active_isa();
-  if (M <= detail::kDirectMaxM) {
-    // ~64K multiply-adds per chunk at least, in whole 4-row tiles.
-    int64_t grain = std::max<int64_t>(4, (65536 / (M * K) + 3) / 4 * 4);
-    auto kernel = isa == CpuIsa::kAvx512 ? detail::linear_direct_avx512
-                  : isa == CpuIsa::kAvx2 ? detail::linear_direct_avx2
-                                         : detail::linear_direct;
-    parallel_for(0, N, grain, [&](int64_t b, int64_t e) { kernel(args, b, e); });
-  } else {
-    detail::use_single_threaded_blas();
-    parallel_for(0, N, 64, [&](int64_t b, int64_t e) { detail::linear_blas(args, b, e, isa); });
-  }
+  detail::run_linear(args);
   return Status::ok();
 }
 

@@ -39,6 +39,10 @@ void decode_to_f32_avx512(const uint16_t* src, DType dtype, int64_t count, float
 // with the widening of `isa`.
 void linear_blas(const LinearArgs& args, int64_t n_begin, int64_t n_end, CpuIsa isa);
 
+// out = x @ w^T (+ bias) for arguments already checked: the direct kernel of the active ISA
+// at M <= kDirectMaxM, BLAS above, both split over output rows on the thread pool.
+void run_linear(const LinearArgs& args);
+
 // Sets OpenBLAS to one thread (once per process): parallelism comes from our pool.
 void use_single_threaded_blas();
 
