@@ -6,7 +6,9 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/gdn.h"
 #include "backend/cpu/ops.h"
 #include "op_test_util.h"
 
@@ -118,6 +120,64 @@ TEST(CpuSimd, LinearReadsRowStridedViews) {
       for (int64_t n : {int64_t{0}, int64_t{1}, 2 + N, 5 + N}) {
         EXPECT_EQ(out_wide.data<float>()[m * (N + 6) + n], 0.0f);
       }
+    }
+  }
+}
+
+// A request mix with decode rows (one query) and prefill chunks, GQA, and head dims that are
+// and are not multiples of the vector widths.
+TEST(CpuSimd, PagedAttentionMatchesPortable) {
+  for (CpuIsa isa : simd_isas()) {
+    for (int64_t head_dim : {int64_t{64}, int64_t{100}, int64_t{7}}) {
+      const int64_t blocks = 12, block_size = 16, kv_heads = 2, q_heads = 6;
+      Tensor cache = random_f32({blocks, 2, block_size, kv_heads, head_dim}, 41);
+      const std::vector<int32_t> qsl = {0, 1, 18, 19}, seq_lens = {40, 17, 70};
+      Tensor tables = Tensor::empty({3, 5}, DType::kI32);
+      const int32_t table_ids[] = {3, 0, 7, -1, -1, 5, 1, -1, -1, -1, 2, 4, 6, 8, 9};
+      std::memcpy(tables.data<int32_t>(), table_ids, sizeof(table_ids));
+      Tensor q = random_f32({19, q_heads * head_dim}, 42);
+      cpu::PagedAttentionParams p;
+      p.query_start_loc = qsl;
+      p.seq_lens = seq_lens;
+      p.scale = 0.125f;
+      Tensor want = Tensor::empty({19, q_heads * head_dim}, DType::kF32);
+      Tensor got = Tensor::empty({19, q_heads * head_dim}, DType::kF32);
+      {
+        IsaScope portable(CpuIsa::kPortable);
+        ASSERT_TRUE(cpu::paged_attention(q, cache, tables, p, want).is_ok());
+      }
+      IsaScope simd(isa);
+      ASSERT_TRUE(cpu::paged_attention(q, cache, tables, p, got).is_ok());
+      EXPECT_LT(max_rel_diff(got, want), 2e-6) << cpu::isa_name(isa) << " D=" << head_dim;
+    }
+  }
+}
+
+// Two requests (a decode step and a prefill chunk) over existing state, state and outputs
+// compared after the call; Dv both a multiple of the vector widths and not.
+TEST(CpuSimd, GatedDeltaRuleMatchesPortable) {
+  for (CpuIsa isa : simd_isas()) {
+    for (int64_t dv : {int64_t{64}, int64_t{20}}) {
+      const int64_t tokens = 9, hk = 2, hv = 4, dk = 32, slots = 3;
+      Tensor q = random_f32({tokens, hk * dk}, 51), k = random_f32({tokens, hk * dk}, 52);
+      Tensor v = random_f32({tokens, hv * dv}, 53);
+      Tensor g = random_f32({tokens, hv}, 54, -0.5f, 0.0f);
+      Tensor beta = random_f32({tokens, hv}, 55, 0.0f, 1.0f);
+      Tensor state0 = random_f32({slots, hv, dk, dv}, 56, -0.2f, 0.2f);
+      const std::vector<int32_t> qsl = {0, 1, 9}, slot_ids = {2, 0};
+      cpu::GdnBatch batch{qsl, slot_ids};
+      Tensor state_want = state0.clone(), state_got = state0.clone();
+      Tensor want = Tensor::empty({tokens, hv * dv}, DType::kF32);
+      Tensor got = Tensor::empty({tokens, hv * dv}, DType::kF32);
+      {
+        IsaScope portable(CpuIsa::kPortable);
+        ASSERT_TRUE(cpu::gated_delta_rule(q, k, v, g, beta, batch, {}, state_want, want).is_ok());
+      }
+      IsaScope simd(isa);
+      ASSERT_TRUE(cpu::gated_delta_rule(q, k, v, g, beta, batch, {}, state_got, got).is_ok());
+      const std::string what = fmt::format("{} Dv={}", cpu::isa_name(isa), dv);
+      EXPECT_LT(max_rel_diff(got, want), 1e-5) << what;
+      EXPECT_LT(max_rel_diff(state_got, state_want), 1e-5) << what;
     }
   }
 }
