@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/profile.h"
 #include "ops/ops.h"
 
 namespace vllm::engine {
@@ -92,9 +93,18 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
   StepResult result;
   result.prompt_logprobs.resize(output.requests.size());
   if (output.empty()) return result;
+  VLLM_PROFILE_SCOPE("step.execute");
   std::vector<std::vector<int64_t>> prompt_rows;
-  ForwardBatch batch = prepare_inputs(output, &prompt_rows);
-  VLLM_ASSIGN_OR_RETURN(Tensor logits, model_->forward(batch, cache_));
+  ForwardBatch batch;
+  {
+    VLLM_PROFILE_SCOPE("step.prepare_inputs");
+    batch = prepare_inputs(output, &prompt_rows);
+  }
+  Tensor logits;
+  {
+    VLLM_PROFILE_SCOPE("step.forward");
+    VLLM_ASSIGN_OR_RETURN(logits, model_->forward(batch, cache_));
+  }
 
   std::vector<SamplingRequestState> states;
   std::vector<int64_t> sample_rows;
@@ -129,6 +139,7 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
     }
   }
   if (!states.empty()) {
+    VLLM_PROFILE_SCOPE("step.sample");
     VLLM_ASSIGN_OR_RETURN(Tensor rows_to_sample, gather_sample_rows(logits, sample_rows));
     result.sampled = sampler_.sample(rows_to_sample, states);
   }

@@ -3,6 +3,7 @@
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
+#include "base/profile.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -31,6 +32,7 @@ cuda::GdnBatch cuda_batch(const BatchLayout& layout) {
 Status causal_conv1d(const ExecContext& ctx, const Tensor& x, const Tensor& weight,
                      const Tensor& bias, const BatchLayout& layout, Tensor& conv_state,
                      Tensor& out) {
+  VLLM_PROFILE_SCOPE("causal_conv1d");
   if (out.device().is_cpu()) {
     return cpu::causal_conv1d(x, weight, bias, cpu::GdnBatch{layout.query_start_loc,
                                                              layout.state_indices},
@@ -46,6 +48,7 @@ Status causal_conv1d(const ExecContext& ctx, const Tensor& x, const Tensor& weig
 
 Status gdn_gating(const ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& A_log,
                   const Tensor& dt_bias, Tensor& g, Tensor& beta) {
+  VLLM_PROFILE_SCOPE("gdn_gating");
   if (g.device().is_cpu()) return cpu::gdn_gating(a, b, A_log, dt_bias, g, beta);
 #if VLLM_WITH_CUDA
   if (g.device().is_cuda()) return cuda::gdn_gating(a, b, A_log, dt_bias, g, beta, stream(ctx));
@@ -56,6 +59,7 @@ Status gdn_gating(const ExecContext& ctx, const Tensor& a, const Tensor& b, cons
 Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& g, const Tensor& beta, const BatchLayout& layout,
                         const DeltaRuleArgs& args, Tensor& state, Tensor& out) {
+  VLLM_PROFILE_SCOPE("gated_delta_rule");
   if (out.device().is_cpu()) {
     cpu::GatedDeltaRuleParams p;
     p.use_qk_l2norm = args.use_qk_l2norm;
@@ -80,6 +84,7 @@ Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k
 
 Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
                       const Tensor& weight, float eps, Tensor& out) {
+  VLLM_PROFILE_SCOPE("gated_rms_norm");
   if (out.device().is_cpu()) return cpu::gated_rms_norm(x, z, weight, eps, out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) return cuda::gated_rms_norm(x, z, weight, eps, out, stream(ctx));
@@ -89,6 +94,7 @@ Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
 
 Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t top_k,
                  bool renormalize, Tensor& topk_weights, Tensor& topk_ids) {
+  VLLM_PROFILE_SCOPE("moe_route");
   if (topk_weights.device().is_cpu()) {
     return cpu::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids);
   }
@@ -104,6 +110,7 @@ Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t to
 Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,
                    const Tensor& topk_weights, const Tensor& topk_ids,
                    const MoeSharedExpert& shared, Tensor& out) {
+  VLLM_PROFILE_SCOPE("moe_experts");
   if (out.device().is_cpu()) {
     const bool shaped = x.ndim() == 2 && topk_ids.ndim() == 2 && experts.gate_up.ndim() == 3 &&
                         experts.down.ndim() == 3;  // else moe_experts_stacked says what is wrong

@@ -96,7 +96,16 @@ void run_linear(const LinearArgs& args) {
     auto kernel = isa == CpuIsa::kAvx512 ? linear_direct_avx512
                   : isa == CpuIsa::kAvx2 ? linear_direct_avx2
                                          : linear_direct;
-    parallel_for(0, N, grain, [&](int64_t b, int64_t e) { kernel(args, b, e); });
+    LinearArgs a = args;
+    if (isa == CpuIsa::kAvx512 && a.w_dtype == DType::kBF16 && K >= 32 && M <= 4) {
+      // Reordered once here rather than in every chunk; reused by this thread across calls.
+      // (At M > 4 the widening is amortised over enough FMAs that pairing does not pay.)
+      thread_local std::vector<float> pairs;
+      pairs.resize(static_cast<size_t>(M * (K / 32 * 32)));
+      pair_columns_avx512(a, pairs.data());
+      a.x_pairs = pairs.data();
+    }
+    parallel_for(0, N, grain, [&](int64_t b, int64_t e) { kernel(a, b, e); });
   } else {
     use_single_threaded_blas();
     parallel_for(0, N, 64, [&](int64_t b, int64_t e) { linear_blas(args, b, e, isa); });

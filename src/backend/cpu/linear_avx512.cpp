@@ -6,6 +6,17 @@
 // accumulators, with R chosen so the accumulators, the R weight vectors and one x vector fit
 // in the 32 zmm registers. The last K % 16 columns use masked loads. Sums differ from the
 // portable kernel only by f32 rounding (other order, FMA).
+//
+// BF16 weights take 32 columns per load instead: a 64-byte load read as 16 u32 lanes holds
+// column 2i in the low and 2i + 1 in the high half of lane i, so `lane << 16` is the f32 of
+// the even columns and `lane & 0xFFFF0000` that of the odd ones -- one load, a shift and an
+// AND per 32 weights rather than two widening loads and two shifts. The activations are
+// reordered to match once per call (x_pairs: each 32-column block as its 16 even columns,
+// then its 16 odd ones), so the inner loop does no shuffles.
+//
+// Each tile reads its R rows side by side, a pattern the hardware prefetchers follow poorly
+// when rows are short (the demo model's 512-byte rows), so every load is paired with a
+// software prefetch of the same line of the next tile's rows.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -83,10 +94,14 @@ VLLM_AVX512 void tile(const LinearArgs& a, int64_t n0, int64_t rows) {
     for (int j = 0; j < R; ++j) acc[m][j] = _mm512_setzero_ps();
   }
   int64_t k = 0;
+  const size_t ahead = static_cast<size_t>(R * K) * elem;  // the next tile's rows
   for (; k + 16 <= K; k += 16) {
     __m512 wv[R];
 #pragma GCC unroll 8
-    for (int j = 0; j < R; ++j) wv[j] = load_w<kKind>(w[j], k);
+    for (int j = 0; j < R; ++j) {
+      _mm_prefetch(w[j] + ahead + static_cast<size_t>(k) * elem, _MM_HINT_T0);
+      wv[j] = load_w<kKind>(w[j], k);
+    }
 #pragma GCC unroll 8
     for (int m = 0; m < M; ++m) {
       const __m512 xv = _mm512_loadu_ps(a.x + m * a.ldx + k);
@@ -119,6 +134,71 @@ VLLM_AVX512 void tile(const LinearArgs& a, int64_t n0, int64_t rows) {
   }
 }
 
+// The BF16 tile on paired columns (see the top of the file); the last K % 32 columns go
+// through the 16-wide path on the original x.
+template <int M, int R>
+VLLM_AVX512 void tile_bf16_pairs(const LinearArgs& a, int64_t n0, int64_t rows) {
+  const int64_t K = a.K, K32 = K / 32 * 32;
+  const uint16_t* w[R];
+#pragma GCC unroll 8
+  for (int j = 0; j < R; ++j) {
+    const int64_t n = n0 + (j < rows ? j : rows - 1);  // past the end: repeat the last row
+    w[j] = static_cast<const uint16_t*>(a.w) + n * K;
+  }
+  __m512 acc[M][R];
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) acc[m][j] = _mm512_setzero_ps();
+  }
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const int64_t ahead = R * K;  // the same line of the next tile's rows
+  for (int64_t k = 0; k < K32; k += 32) {
+    __m512 even[R], odd[R];
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(w[j] + ahead + k), _MM_HINT_T0);
+      const __m512i v = _mm512_loadu_si512(w[j] + k);
+      even[j] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      odd[j] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const float* xp = a.x_pairs + m * K32 + k;
+      const __m512 xe = _mm512_loadu_ps(xp), xo = _mm512_loadu_ps(xp + 16);
+#pragma GCC unroll 8
+      for (int j = 0; j < R; ++j) {
+        acc[m][j] = _mm512_fmadd_ps(xe, even[j], acc[m][j]);
+        acc[m][j] = _mm512_fmadd_ps(xo, odd[j], acc[m][j]);
+      }
+    }
+  }
+  for (int64_t k = K32; k < K; k += 16) {
+    const __mmask16 mask = K - k >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                       : static_cast<__mmask16>((1u << (K - k)) - 1);
+    __m512 wv[R];
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) wv[j] = load_w_masked<kBF16W>(w[j], k, mask);
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, a.x + m * a.ldx + k);
+#pragma GCC unroll 8
+      for (int j = 0; j < R; ++j) acc[m][j] = _mm512_fmadd_ps(xv, wv[j], acc[m][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < M; ++m) {
+    float* o = a.out + m * a.ldo + n0;
+#pragma GCC unroll 8
+    for (int j = 0; j < R; ++j) {
+      if (j >= rows) break;
+      float sum = _mm512_reduce_add_ps(acc[m][j]);
+      if (a.bias != nullptr) sum += load_scalar(a.bias, a.bias_dtype, n0 + j);
+      o[j] = sum;
+    }
+  }
+}
+
 // Accumulators M x R <= 16 (plus R weights and one x in the 32 registers).
 template <int M>
 constexpr int rows_per_tile() {
@@ -128,9 +208,14 @@ constexpr int rows_per_tile() {
 template <int kKind, int M>
 VLLM_AVX512 void run_rows(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   constexpr int R = rows_per_tile<M>();
+  const bool pairs = kKind == kBF16W && a.x_pairs != nullptr;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += R) {
     const int64_t rows = n_end - n0 < R ? n_end - n0 : R;
-    tile<kKind, M, R>(a, n0, rows);
+    if (pairs) {
+      tile_bf16_pairs<M, R>(a, n0, rows);
+    } else {
+      tile<kKind, M, R>(a, n0, rows);
+    }
   }
 }
 
@@ -155,6 +240,21 @@ VLLM_AVX512 void linear_direct_avx512(const LinearArgs& a, int64_t n_begin, int6
     case DType::kBF16: return run_kind<kBF16W>(a, n_begin, n_end);
     case DType::kF16: return run_kind<kF16W>(a, n_begin, n_end);
     default: return run_kind<kF32W>(a, n_begin, n_end);
+  }
+}
+
+VLLM_AVX512 void pair_columns_avx512(const LinearArgs& a, float* dst) {
+  const int64_t K32 = a.K / 32 * 32;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t m = 0; m < a.M; ++m) {
+    const float* x = a.x + m * a.ldx;
+    float* d = dst + m * K32;
+    for (int64_t k = 0; k < K32; k += 32) {
+      const __m512 lo = _mm512_loadu_ps(x + k), hi = _mm512_loadu_ps(x + k + 16);
+      _mm512_storeu_ps(d + k, _mm512_permutex2var_ps(lo, even, hi));
+      _mm512_storeu_ps(d + k + 16, _mm512_permutex2var_ps(lo, odd, hi));
+    }
   }
 }
 
