@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
   Run run;
   if (!generate(ctx, n_vocab, {peers::prompt_ids(99, 16, o.max_id)}, 4, run)) return 1;  // warm-up
   std::vector<std::vector<int32_t>> prompts;
-  for (int s = 0; s < o.seqs; ++s) prompts.push_back(peers::prompt_ids(s, o.prompt_len, o.max_id));
+  for (int s = 0; s < o.seqs; ++s) prompts.push_back(peers::prompt_for(o, s));
   if (!generate(ctx, n_vocab, prompts, o.gen, run)) return 1;
   peers::print_result("llama.cpp", o, run.prefill_s, run.decode_s, run.tokens[0]);
   llama_free(ctx);

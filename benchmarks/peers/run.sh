@@ -46,11 +46,12 @@ SRC="$NPM/llama-src"
 if [ ! -f "$SRC/include/llama.h" ]; then
   log "unpacking llama.cpp's headers from the npm source bundle"
   rm -rf "$SRC"
-  git clone -q "$NPM/main/package/llama/gitRelease.bundle" "$SRC"
+  git -c advice.detachedHead=false clone -q "$NPM/main/package/llama/gitRelease.bundle" "$SRC"
 fi
 LIBLLAMA="$(ls "$LIB"/libllama*.so | grep -v common | head -1)"
 LIBGGML="$(ls "$LIB"/libggml.*so | head -1)"
-if [ ! -x "$OUT/llama_driver" ] || [ "$ROOT/benchmarks/peers/llama_driver.cpp" -nt "$OUT/llama_driver" ]; then
+if [ ! -x "$OUT/llama_driver" ] || [ "$ROOT/benchmarks/peers/llama_driver.cpp" -nt "$OUT/llama_driver" ] ||
+   [ "$ROOT/benchmarks/peers/workload.h" -nt "$OUT/llama_driver" ]; then
   log "compiling llama_driver"
   g++ -O2 -std=c++17 -I "$ROOT/benchmarks/peers" -I "$SRC/include" -I "$SRC/ggml/include" \
     "$ROOT/benchmarks/peers/llama_driver.cpp" -o "$OUT/llama_driver" \
@@ -75,19 +76,23 @@ fi
 
 RESULTS="$OUT/results.txt"
 : > "$RESULTS"
-run_llama() {  # gguf label threads seqs gen
+# Each prints its RESULT line on stdout.
+run_llama() {  # gguf label threads seqs gen [workload flags]
   "$OUT/llama_driver" --lib-dir "$LIB" --model "$1" --label "$2" --threads "$3" --seqs "$4" \
-    --gen "$5" --prompt-len "$PROMPT_LEN" | grep '^RESULT' | tee -a "$RESULTS" >&2
+    --gen "$5" --prompt-len "$PROMPT_LEN" "${@:6}" | grep '^RESULT'
 }
-run_ours() {  # dir label threads seqs gen
-  "$TOOLS/vllm_peer_driver" --model "$1" --label "$2" --threads "$3" --seqs "$4" --gen "$5" \
-    --prompt-len "$PROMPT_LEN" | grep '^RESULT' | tee -a "$RESULTS" >&2
+run_ours() {  # dir label threads seqs gen [workload flags]
+  VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-warning}" "$TOOLS/vllm_peer_driver" --model "$1" \
+    --label "$2" --threads "$3" --seqs "$4" --gen "$5" --prompt-len "$PROMPT_LEN" "${@:6}" |
+    grep '^RESULT'
 }
 pair() {  # round gguf dir label threads seqs gen
   if [ $(($1 % 2)) -eq 0 ]; then
-    run_llama "$2" "$4" "$5" "$6" "$7"; run_ours "$3" "$4" "$5" "$6" "$7"
+    run_llama "$2" "$4" "$5" "$6" "$7" | tee -a "$RESULTS" >&2
+    run_ours "$3" "$4" "$5" "$6" "$7" | tee -a "$RESULTS" >&2
   else
-    run_ours "$3" "$4" "$5" "$6" "$7"; run_llama "$2" "$4" "$5" "$6" "$7"
+    run_ours "$3" "$4" "$5" "$6" "$7" | tee -a "$RESULTS" >&2
+    run_llama "$2" "$4" "$5" "$6" "$7" | tee -a "$RESULTS" >&2
   fi
 }
 
@@ -136,16 +141,22 @@ awk '
     }
   }' "$RESULTS"
 
-# 4. Greedy tokens on the demo model: ours against llama.cpp on the same weights in f32
-# (exact f32 math on both sides) and in bf16 (llama.cpp rounds activations to bf16 there).
+# 4. Greedy tokens on the demo model, on a Python prompt (the text it was trained on): ours
+# against llama.cpp on the same weights in f32 (exact f32 math on both sides) and in bf16
+# (llama.cpp rounds activations to bf16 there, so a difference is not an error).
 if [[ " $CASES " == *" demo "* ]]; then
   echo
-  ours="$(run_ours "$DEMO" demo 1 1 "$GEN" 2>&1 | sed 's/.*tokens=//')"
+  cmake --build "$BUILD" --target vllm >/dev/null
+  prompt='"import os\nimport sys\n\n\ndef read_lines(path):\n    \"\"\"Return the lines of a file.\"\"\"\n"'
+  ids="$(echo "$prompt" | VLLM_LOGGING_LEVEL=warning "$BUILD/src/cli/vllm" tokenize --model "$DEMO" |
+    tr -d '[] ')"
+  ours="$(run_ours "$DEMO" demo 1 1 "$GEN" --prompt-ids "$ids" | sed 's/.*tokens=//')"
   status=0
   for kind in f32 bf16; do
-    theirs="$(run_llama "$OUT/demo-$kind.gguf" demo 1 1 "$GEN" 2>&1 | sed 's/.*tokens=//')"
+    theirs="$(run_llama "$OUT/demo-$kind.gguf" demo 1 1 "$GEN" --prompt-ids "$ids" |
+      sed 's/.*tokens=//')"
     if [ "$ours" = "$theirs" ]; then
-      echo "greedy tokens on the demo model, llama.cpp $kind GGUF: equal ($GEN of $GEN)"
+      echo "greedy tokens on the demo model, llama.cpp $kind GGUF: equal ($GEN of $GEN) after the prompt $ids"
     else
       same=$(paste -d'\n' <(tr ',' '\n' <<<"$ours") <(tr ',' '\n' <<<"$theirs") | paste - - |
         awk '$1 != $2 { print NR - 1; found = 1; exit } END { if (!found) print NR }')

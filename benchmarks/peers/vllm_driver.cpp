@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   if (!generate(engine, "warmup", {peers::prompt_ids(99, 16, o.max_id)}, 4, out, nullptr)) return 1;
 
   std::vector<std::vector<int32_t>> prompts;
-  for (int s = 0; s < o.seqs; ++s) prompts.push_back(peers::prompt_ids(s, o.prompt_len, o.max_id));
+  for (int s = 0; s < o.seqs; ++s) prompts.push_back(peers::prompt_for(o, s));
   peers::Clock::time_point start = peers::Clock::now(), first_at;
   if (!generate(engine, "run", prompts, o.gen, out, &first_at)) return 1;
   peers::Clock::time_point end = peers::Clock::now();

@@ -2,7 +2,8 @@
 // S sequences of P prompt ids, G greedy tokens each, all submitted at once.
 //   prefill tok/s = S * P / (time until every sequence has its first token)
 //   decode tok/s  = S * (G - 1) / (time from then until every sequence has G tokens)
-// Prompt ids are a fixed pseudo-random function of (sequence, position) below `max_id`.
+// Prompt ids are a fixed pseudo-random function of (sequence, position) below `max_id`, or
+// the ids given with --prompt-ids (every sequence, for the greedy-token check on real text).
 // Each driver prints one line: RESULT key=value ... tokens=<first sequence's ids>.
 #pragma once
 
@@ -24,7 +25,19 @@ struct Options {
   int prompt_len = 128;
   int gen = 128;
   int max_id = 8000;
+  std::vector<int32_t> fixed_prompt;  // --prompt-ids a,b,c
 };
+
+inline std::vector<int32_t> parse_ids(const char* text) {
+  std::vector<int32_t> ids;
+  for (const char* p = text; *p != '\0';) {
+    char* end = nullptr;
+    ids.push_back(static_cast<int32_t>(std::strtol(p, &end, 10)));
+    if (end == p) return {};
+    p = *end == ',' ? end + 1 : end;
+  }
+  return ids;
+}
 
 inline bool parse_options(int argc, char** argv, Options& o) {
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -37,6 +50,10 @@ inline bool parse_options(int argc, char** argv, Options& o) {
     else if (!std::strcmp(k, "--prompt-len")) o.prompt_len = std::atoi(v);
     else if (!std::strcmp(k, "--gen")) o.gen = std::atoi(v);
     else if (!std::strcmp(k, "--max-id")) o.max_id = std::atoi(v);
+    else if (!std::strcmp(k, "--prompt-ids")) {
+      o.fixed_prompt = parse_ids(v);
+      o.prompt_len = static_cast<int>(o.fixed_prompt.size());
+    }
     else {
       std::fprintf(stderr, "unknown flag %s\n", k);
       return false;
@@ -46,7 +63,7 @@ inline bool parse_options(int argc, char** argv, Options& o) {
       o.gen < 2 || o.max_id < 2) {
     std::fprintf(stderr,
                  "usage: %s --model PATH [--label NAME] [--threads N] [--seqs S] "
-                 "[--prompt-len P] [--gen G (>= 2)] [--max-id V]\n",
+                 "[--prompt-len P] [--gen G (>= 2)] [--max-id V] [--prompt-ids a,b,c]\n",
                  argv[0]);
     return false;
   }
@@ -61,6 +78,11 @@ inline std::vector<int32_t> prompt_ids(int seq, int len, int max_id) {
     ids[i] = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(max_id - 1)) + 1;
   }
   return ids;
+}
+
+// Sequence `seq`'s prompt under the options.
+inline std::vector<int32_t> prompt_for(const Options& o, int seq) {
+  return o.fixed_prompt.empty() ? prompt_ids(seq, o.prompt_len, o.max_id) : o.fixed_prompt;
 }
 
 using Clock = std::chrono::steady_clock;
