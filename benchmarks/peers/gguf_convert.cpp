@@ -101,7 +101,9 @@ class Converter {
   GgufWriter writer_;
 };
 
-std::string blk(int64_t i, const char* what) { return fmt::format("blk.{}.{}", i, what); }
+std::string blk(int64_t i, const char* what) {
+  return fmt::format("blk.{}.{}", i, what);
+}
 std::string hf_layer(int64_t i, const char* what) {
   return fmt::format("model.layers.{}.{}", i, what);
 }
@@ -139,14 +141,19 @@ Status convert_qwen3(Converter& cv) {
   add_common(cv.writer(), "qwen3", c);
   VLLM_RETURN_IF_ERROR(add_embeddings(cv, false));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    VLLM_RETURN_IF_ERROR(cv.norm(hf_layer(i, "input_layernorm.weight"), blk(i, "attn_norm.weight"), false));
-    VLLM_RETURN_IF_ERROR(cv.norm(hf_layer(i, "post_attention_layernorm.weight"), blk(i, "ffn_norm.weight"), false));
-    VLLM_RETURN_IF_ERROR(cv.norm(hf_layer(i, "self_attn.q_norm.weight"), blk(i, "attn_q_norm.weight"), false));
-    VLLM_RETURN_IF_ERROR(cv.norm(hf_layer(i, "self_attn.k_norm.weight"), blk(i, "attn_k_norm.weight"), false));
+    VLLM_RETURN_IF_ERROR(
+        cv.norm(hf_layer(i, "input_layernorm.weight"), blk(i, "attn_norm.weight"), false));
+    VLLM_RETURN_IF_ERROR(
+        cv.norm(hf_layer(i, "post_attention_layernorm.weight"), blk(i, "ffn_norm.weight"), false));
+    VLLM_RETURN_IF_ERROR(
+        cv.norm(hf_layer(i, "self_attn.q_norm.weight"), blk(i, "attn_q_norm.weight"), false));
+    VLLM_RETURN_IF_ERROR(
+        cv.norm(hf_layer(i, "self_attn.k_norm.weight"), blk(i, "attn_k_norm.weight"), false));
     VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "self_attn.q_proj.weight"), blk(i, "attn_q.weight")));
     VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "self_attn.k_proj.weight"), blk(i, "attn_k.weight")));
     VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "self_attn.v_proj.weight"), blk(i, "attn_v.weight")));
-    VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "self_attn.o_proj.weight"), blk(i, "attn_output.weight")));
+    VLLM_RETURN_IF_ERROR(
+        cv.copy(hf_layer(i, "self_attn.o_proj.weight"), blk(i, "attn_output.weight")));
     VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.gate_proj.weight"), blk(i, "ffn_gate.weight")));
     VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.up_proj.weight"), blk(i, "ffn_up.weight")));
     VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.down_proj.weight"), blk(i, "ffn_down.weight")));
@@ -207,8 +214,9 @@ Status convert_qwen35(Converter& cv) {
               static_cast<uint32_t>(c.shared_expert_intermediate_size));
   }
   if (c.linear_key_head_dim != c.linear_value_head_dim) {
-    return make_error(ErrorCode::kUnsupported,
-                      "llama.cpp's qwen35 loader needs linear_key_head_dim == linear_value_head_dim");
+    return make_error(
+        ErrorCode::kUnsupported,
+        "llama.cpp's qwen35 loader needs linear_key_head_dim == linear_value_head_dim");
   }
   VLLM_RETURN_IF_ERROR(add_embeddings(cv, true));
 
@@ -216,7 +224,8 @@ Status convert_qwen35(Converter& cv) {
   const int64_t per = nk > 0 ? nv / nk : 1;
   const int64_t dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    VLLM_RETURN_IF_ERROR(cv.norm(hf_layer(i, "input_layernorm.weight"), blk(i, "attn_norm.weight"), true));
+    VLLM_RETURN_IF_ERROR(
+        cv.norm(hf_layer(i, "input_layernorm.weight"), blk(i, "attn_norm.weight"), true));
     VLLM_RETURN_IF_ERROR(cv.norm(hf_layer(i, "post_attention_layernorm.weight"),
                                  blk(i, "post_attention_norm.weight"), true));
     if (c.layer_types[i] == LayerType::kLinearAttention) {
@@ -243,17 +252,24 @@ Status convert_qwen35(Converter& cv) {
       conv.shape = {conv.shape[0], conv.shape.back()};  // [C, 1, K] -> [C, K]
       tile_value_heads(conv, 0, 2 * nk * dk, nk, per, dv);
       cv.emit(blk(i, "ssm_conv1d.weight"), conv, true);
-      VLLM_RETURN_IF_ERROR(cv.norm(hf_layer(i, "linear_attn.norm.weight"), blk(i, "ssm_norm.weight"), false));
+      VLLM_RETURN_IF_ERROR(
+          cv.norm(hf_layer(i, "linear_attn.norm.weight"), blk(i, "ssm_norm.weight"), false));
       VLLM_ASSIGN_OR_RETURN(Matrix out, cv.read(hf_layer(i, "linear_attn.out_proj.weight")));
       tile_value_heads(out, 1, 0, nk, per, dv);
       cv.emit(blk(i, "ssm_out.weight"), out);
     } else {
-      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "self_attn.q_proj.weight"), blk(i, "attn_q.weight")));
-      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "self_attn.k_proj.weight"), blk(i, "attn_k.weight")));
-      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "self_attn.v_proj.weight"), blk(i, "attn_v.weight")));
-      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "self_attn.o_proj.weight"), blk(i, "attn_output.weight")));
-      VLLM_RETURN_IF_ERROR(cv.norm(hf_layer(i, "self_attn.q_norm.weight"), blk(i, "attn_q_norm.weight"), true));
-      VLLM_RETURN_IF_ERROR(cv.norm(hf_layer(i, "self_attn.k_norm.weight"), blk(i, "attn_k_norm.weight"), true));
+      VLLM_RETURN_IF_ERROR(
+          cv.copy(hf_layer(i, "self_attn.q_proj.weight"), blk(i, "attn_q.weight")));
+      VLLM_RETURN_IF_ERROR(
+          cv.copy(hf_layer(i, "self_attn.k_proj.weight"), blk(i, "attn_k.weight")));
+      VLLM_RETURN_IF_ERROR(
+          cv.copy(hf_layer(i, "self_attn.v_proj.weight"), blk(i, "attn_v.weight")));
+      VLLM_RETURN_IF_ERROR(
+          cv.copy(hf_layer(i, "self_attn.o_proj.weight"), blk(i, "attn_output.weight")));
+      VLLM_RETURN_IF_ERROR(
+          cv.norm(hf_layer(i, "self_attn.q_norm.weight"), blk(i, "attn_q_norm.weight"), true));
+      VLLM_RETURN_IF_ERROR(
+          cv.norm(hf_layer(i, "self_attn.k_norm.weight"), blk(i, "attn_k_norm.weight"), true));
     }
     if (c.is_moe()) {
       VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.gate.weight"), blk(i, "ffn_gate_inp.weight")));
@@ -267,10 +283,14 @@ Status convert_qwen35(Converter& cv) {
       }
       cv.emit(blk(i, "ffn_gate_exps.weight"), gate);
       cv.emit(blk(i, "ffn_up_exps.weight"), up);
-      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.experts.down_proj"), blk(i, "ffn_down_exps.weight")));
-      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.shared_expert.gate_proj.weight"), blk(i, "ffn_gate_shexp.weight")));
-      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.shared_expert.up_proj.weight"), blk(i, "ffn_up_shexp.weight")));
-      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.shared_expert.down_proj.weight"), blk(i, "ffn_down_shexp.weight")));
+      VLLM_RETURN_IF_ERROR(
+          cv.copy(hf_layer(i, "mlp.experts.down_proj"), blk(i, "ffn_down_exps.weight")));
+      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.shared_expert.gate_proj.weight"),
+                                   blk(i, "ffn_gate_shexp.weight")));
+      VLLM_RETURN_IF_ERROR(
+          cv.copy(hf_layer(i, "mlp.shared_expert.up_proj.weight"), blk(i, "ffn_up_shexp.weight")));
+      VLLM_RETURN_IF_ERROR(cv.copy(hf_layer(i, "mlp.shared_expert.down_proj.weight"),
+                                   blk(i, "ffn_down_shexp.weight")));
       VLLM_ASSIGN_OR_RETURN(Matrix sg, cv.read(hf_layer(i, "mlp.shared_expert_gate.weight")));
       sg.shape = {sg.shape.back()};  // [1, H] -> [H]
       cv.emit(blk(i, "ffn_gate_inp_shexp.weight"), sg, true);

@@ -26,7 +26,9 @@ void put_string(std::vector<uint8_t>& out, const std::string& s) {
   out.insert(out.end(), s.begin(), s.end());
 }
 
-uint64_t align_up(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+uint64_t align_up(uint64_t n) {
+  return (n + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 }  // namespace
 

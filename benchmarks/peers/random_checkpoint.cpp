@@ -49,7 +49,8 @@ Status run(const std::filesystem::path& config_dir, const std::filesystem::path&
   VLLM_ASSIGN_OR_RETURN(auto model, create_model(config, weights, options));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
-  if (ec) return make_error(ErrorCode::kIoError, "cannot create {}: {}", out_dir.string(), ec.message());
+  if (ec)
+    return make_error(ErrorCode::kIoError, "cannot create {}: {}", out_dir.string(), ec.message());
   std::filesystem::copy_file(config_dir / "config.json", out_dir / "config.json",
                              std::filesystem::copy_options::overwrite_existing, ec);
   if (ec) return make_error(ErrorCode::kIoError, "cannot copy config.json: {}", ec.message());

@@ -16,8 +16,9 @@ bool check(vllm_status s, const char* what) {
 }
 
 // Submits `prompts`, returns each one's tokens; *first_at is when every one had a token.
-bool generate(vllm_engine* engine, const std::string& tag, const std::vector<std::vector<int32_t>>& prompts,
-              int gen, std::vector<std::vector<int32_t>>& out, peers::Clock::time_point* first_at) {
+bool generate(vllm_engine* engine, const std::string& tag,
+              const std::vector<std::vector<int32_t>>& prompts, int gen,
+              std::vector<std::vector<int32_t>>& out, peers::Clock::time_point* first_at) {
   const std::string sampling =
       "{\"temperature\": 0, \"ignore_eos\": true, \"max_tokens\": " + std::to_string(gen) + "}";
   std::vector<std::string> ids;
@@ -37,7 +38,8 @@ bool generate(vllm_engine* engine, const std::string& tag, const std::vector<std
     for (size_t s = 0; s < prompts.size(); ++s) {
       while (!finished[s] && (phase == 1 || out[s].empty())) {
         size_t n = 0;
-        vllm_status st = vllm_poll(engine, ids[s].c_str(), -1, buf, 4096, &n, &finished[s], nullptr);
+        vllm_status st =
+            vllm_poll(engine, ids[s].c_str(), -1, buf, 4096, &n, &finished[s], nullptr);
         if (st == VLLM_TIMEOUT) continue;
         if (!check(st, "poll")) return false;
         out[s].insert(out[s].end(), buf, buf + n);
@@ -75,7 +77,8 @@ int main(int argc, char** argv) {
   peers::Clock::time_point end = peers::Clock::now();
   for (const auto& tokens : out) {
     if (static_cast<int>(tokens.size()) != o.gen) {
-      std::fprintf(stderr, "vllm_driver: a sequence got %zu tokens, expected %d\n", tokens.size(), o.gen);
+      std::fprintf(stderr, "vllm_driver: a sequence got %zu tokens, expected %d\n", tokens.size(),
+                   o.gen);
       return 1;
     }
   }

@@ -43,18 +43,24 @@ inline bool parse_options(int argc, char** argv, Options& o) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const char* k = argv[i];
     const char* v = argv[i + 1];
-    if (!std::strcmp(k, "--model")) o.model = v;
-    else if (!std::strcmp(k, "--label")) o.label = v;
-    else if (!std::strcmp(k, "--threads")) o.threads = std::atoi(v);
-    else if (!std::strcmp(k, "--seqs")) o.seqs = std::atoi(v);
-    else if (!std::strcmp(k, "--prompt-len")) o.prompt_len = std::atoi(v);
-    else if (!std::strcmp(k, "--gen")) o.gen = std::atoi(v);
-    else if (!std::strcmp(k, "--max-id")) o.max_id = std::atoi(v);
+    if (!std::strcmp(k, "--model"))
+      o.model = v;
+    else if (!std::strcmp(k, "--label"))
+      o.label = v;
+    else if (!std::strcmp(k, "--threads"))
+      o.threads = std::atoi(v);
+    else if (!std::strcmp(k, "--seqs"))
+      o.seqs = std::atoi(v);
+    else if (!std::strcmp(k, "--prompt-len"))
+      o.prompt_len = std::atoi(v);
+    else if (!std::strcmp(k, "--gen"))
+      o.gen = std::atoi(v);
+    else if (!std::strcmp(k, "--max-id"))
+      o.max_id = std::atoi(v);
     else if (!std::strcmp(k, "--prompt-ids")) {
       o.fixed_prompt = parse_ids(v);
       o.prompt_len = static_cast<int>(o.fixed_prompt.size());
-    }
-    else {
+    } else {
       std::fprintf(stderr, "unknown flag %s\n", k);
       return false;
     }
@@ -93,11 +99,11 @@ inline double seconds(Clock::time_point a, Clock::time_point b) {
 
 inline void print_result(const char* engine, const Options& o, double prefill_s, double decode_s,
                          const std::vector<int32_t>& tokens) {
-  std::printf("RESULT engine=%s model=%s threads=%d seqs=%d prefill_tok_s=%.1f decode_tok_s=%.2f "
-              "ttft_ms=%.2f tokens=",
-              engine, o.label.c_str(), o.threads, o.seqs,
-              o.seqs * o.prompt_len / prefill_s, o.seqs * (o.gen - 1) / decode_s,
-              prefill_s * 1e3);
+  std::printf(
+      "RESULT engine=%s model=%s threads=%d seqs=%d prefill_tok_s=%.1f decode_tok_s=%.2f "
+      "ttft_ms=%.2f tokens=",
+      engine, o.label.c_str(), o.threads, o.seqs, o.seqs * o.prompt_len / prefill_s,
+      o.seqs * (o.gen - 1) / decode_s, prefill_s * 1e3);
   for (size_t i = 0; i < tokens.size(); ++i) std::printf(i ? ",%d" : "%d", tokens[i]);
   std::printf("\n");
   std::fflush(stdout);

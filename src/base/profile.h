@@ -42,8 +42,8 @@ class Scope {
 
 #define VLLM_PROFILE_CONCAT_INNER(a, b) a##b
 #define VLLM_PROFILE_CONCAT(a, b) VLLM_PROFILE_CONCAT_INNER(a, b)
-#define VLLM_PROFILE_SCOPE(name)                                                        \
-  static const int VLLM_PROFILE_CONCAT(vllm_profile_id_, __LINE__) =                    \
-      ::vllm::profile::enabled() ? ::vllm::profile::region_id(name) : -1;               \
-  ::vllm::profile::Scope VLLM_PROFILE_CONCAT(vllm_profile_scope_, __LINE__)(            \
-      VLLM_PROFILE_CONCAT(vllm_profile_id_, __LINE__))
+#define VLLM_PROFILE_SCOPE(name)                                          \
+  static const int VLLM_PROFILE_CONCAT(vllm_profile_id_, __LINE__) =      \
+      ::vllm::profile::enabled() ? ::vllm::profile::region_id(name) : -1; \
+  ::vllm::profile::Scope VLLM_PROFILE_CONCAT(                             \
+      vllm_profile_scope_, __LINE__)(VLLM_PROFILE_CONCAT(vllm_profile_id_, __LINE__))

@@ -65,8 +65,8 @@ class ThreadPool {
   std::condition_variable done_cv_;  // callers wait here for their job to drain
   std::deque<Job*> jobs_;            // jobs that may still have unclaimed chunks
   bool stop_ = false;
-  int sleeping_ = 0;                 // workers blocked on work_cv_ (guarded by mutex_)
-  std::atomic<int64_t> queued_{0};   // jobs_.size(), readable without the lock
+  int sleeping_ = 0;                // workers blocked on work_cv_ (guarded by mutex_)
+  std::atomic<int64_t> queued_{0};  // jobs_.size(), readable without the lock
 };
 
 // Threads for the default pool: VLLM_CPU_THREADS when set to a positive integer, else

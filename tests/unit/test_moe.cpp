@@ -3,10 +3,9 @@
 // weights that are views into one fused [E, 2I, H] tensor.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -132,8 +131,8 @@ TEST(MoeExperts, StackedIsBitwiseThePerExpertOp) {
       Tensor want = Tensor::empty({rows, hidden}, DType::kF32);
       ASSERT_TRUE(
           cpu::moe_experts(xs, cpu::experts_from_stacked(gate_up, down), ws, is, want).is_ok());
-      const auto bytes = static_cast<int64_t>(
-          cpu::moe_experts_scratch_bytes(rows, k, hidden, inter, experts));
+      const auto bytes =
+          static_cast<int64_t>(cpu::moe_experts_scratch_bytes(rows, k, hidden, inter, experts));
       Tensor scratch = Tensor::empty({bytes}, DType::kU8);
       Tensor got = Tensor::empty({rows, hidden}, DType::kF32);
       ASSERT_TRUE(cpu::moe_experts_stacked(xs, gate_up, down, ws, is, scratch, got).is_ok());

@@ -42,8 +42,8 @@ CpuIsa initial() {
     return best;
   }
   if (static_cast<int>(asked) > static_cast<int>(best)) {
-    VLLM_LOG_WARNING("VLLM_CPU_ISA={}: this CPU supports up to {}; using {}", want,
-                     isa_name(best), isa_name(best));
+    VLLM_LOG_WARNING("VLLM_CPU_ISA={}: this CPU supports up to {}; using {}", want, isa_name(best),
+                     isa_name(best));
     return best;
   }
   return asked;

@@ -7,8 +7,8 @@
 // 20; the norm's mean of squares accumulated in double (at least as accurate as torch's sum).
 #include "backend/cpu/gdn.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backend/cpu/common.h"
@@ -117,9 +117,10 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   const int64_t blocks = (channels + kBlock - 1) / kBlock;
   float* state_base = conv_state.numel() == 0 ? nullptr : conv_state.data<float>();
   // A decode step's conv is a few thousand multiply-adds: run it on the caller.
-  const int64_t per_item = kBlock * width * std::max<int64_t>(1, tokens / std::max<int64_t>(num_requests, 1));
+  const int64_t per_request = std::max<int64_t>(1, tokens / std::max<int64_t>(num_requests, 1));
+  const int64_t grain = detail::grain_for(kBlock * width * per_request);
 
-  parallel_for(0, num_requests * blocks, detail::grain_for(per_item), [&](int64_t begin, int64_t end) {
+  parallel_for(0, num_requests * blocks, grain, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> window;
     window.resize(static_cast<size_t>(kBlock * std::max<int64_t>(hist, 1)));
     for (int64_t item = begin; item < end; ++item) {

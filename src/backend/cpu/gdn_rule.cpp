@@ -16,9 +16,9 @@
 
 #include "backend/cpu/common.h"
 #include "backend/cpu/cpu_isa.h"
-#include "backend/cpu/vec_kernels.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/gdn_batch.h"
+#include "backend/cpu/vec_kernels.h"
 #include "base/thread_pool.h"
 
 namespace vllm::cpu {

@@ -84,7 +84,8 @@ VLLM_AVX2 void tile(const LinearArgs& a, int64_t n0, int64_t rows) {
     __m256 wv[R];
 #pragma GCC unroll 8
     for (int j = 0; j < R; ++j) {
-      __builtin_memcpy(wbuf[j], w[j] + static_cast<size_t>(k) * elem, static_cast<size_t>(left) * elem);
+      __builtin_memcpy(wbuf[j], w[j] + static_cast<size_t>(k) * elem,
+                       static_cast<size_t>(left) * elem);
       wv[j] = load_w<kKind>(wbuf[j], 0);
     }
 #pragma GCC unroll 8
@@ -127,14 +128,22 @@ VLLM_AVX2 void run_rows(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 template <int kKind>
 VLLM_AVX2 void run_kind(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   switch (a.M) {
-    case 1: return run_rows<kKind, 1>(a, n_begin, n_end);
-    case 2: return run_rows<kKind, 2>(a, n_begin, n_end);
-    case 3: return run_rows<kKind, 3>(a, n_begin, n_end);
-    case 4: return run_rows<kKind, 4>(a, n_begin, n_end);
-    case 5: return run_rows<kKind, 5>(a, n_begin, n_end);
-    case 6: return run_rows<kKind, 6>(a, n_begin, n_end);
-    case 7: return run_rows<kKind, 7>(a, n_begin, n_end);
-    default: return run_rows<kKind, 8>(a, n_begin, n_end);
+    case 1:
+      return run_rows<kKind, 1>(a, n_begin, n_end);
+    case 2:
+      return run_rows<kKind, 2>(a, n_begin, n_end);
+    case 3:
+      return run_rows<kKind, 3>(a, n_begin, n_end);
+    case 4:
+      return run_rows<kKind, 4>(a, n_begin, n_end);
+    case 5:
+      return run_rows<kKind, 5>(a, n_begin, n_end);
+    case 6:
+      return run_rows<kKind, 6>(a, n_begin, n_end);
+    case 7:
+      return run_rows<kKind, 7>(a, n_begin, n_end);
+    default:
+      return run_rows<kKind, 8>(a, n_begin, n_end);
   }
 }
 
@@ -142,9 +151,12 @@ VLLM_AVX2 void run_kind(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 
 VLLM_AVX2 void linear_direct_avx2(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   switch (a.w_dtype) {
-    case DType::kBF16: return run_kind<kBF16W>(a, n_begin, n_end);
-    case DType::kF16: return run_kind<kF16W>(a, n_begin, n_end);
-    default: return run_kind<kF32W>(a, n_begin, n_end);
+    case DType::kBF16:
+      return run_kind<kBF16W>(a, n_begin, n_end);
+    case DType::kF16:
+      return run_kind<kF16W>(a, n_begin, n_end);
+    default:
+      return run_kind<kF32W>(a, n_begin, n_end);
   }
 }
 

@@ -174,8 +174,8 @@ VLLM_AVX512 void tile_bf16_pairs(const LinearArgs& a, int64_t n0, int64_t rows) 
     }
   }
   for (int64_t k = K32; k < K; k += 16) {
-    const __mmask16 mask = K - k >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                       : static_cast<__mmask16>((1u << (K - k)) - 1);
+    const __mmask16 mask =
+        K - k >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (K - k)) - 1);
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int j = 0; j < R; ++j) wv[j] = load_w_masked<kBF16W>(w[j], k, mask);
@@ -222,14 +222,22 @@ VLLM_AVX512 void run_rows(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 template <int kKind>
 VLLM_AVX512 void run_kind(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   switch (a.M) {
-    case 1: return run_rows<kKind, 1>(a, n_begin, n_end);
-    case 2: return run_rows<kKind, 2>(a, n_begin, n_end);
-    case 3: return run_rows<kKind, 3>(a, n_begin, n_end);
-    case 4: return run_rows<kKind, 4>(a, n_begin, n_end);
-    case 5: return run_rows<kKind, 5>(a, n_begin, n_end);
-    case 6: return run_rows<kKind, 6>(a, n_begin, n_end);
-    case 7: return run_rows<kKind, 7>(a, n_begin, n_end);
-    default: return run_rows<kKind, 8>(a, n_begin, n_end);
+    case 1:
+      return run_rows<kKind, 1>(a, n_begin, n_end);
+    case 2:
+      return run_rows<kKind, 2>(a, n_begin, n_end);
+    case 3:
+      return run_rows<kKind, 3>(a, n_begin, n_end);
+    case 4:
+      return run_rows<kKind, 4>(a, n_begin, n_end);
+    case 5:
+      return run_rows<kKind, 5>(a, n_begin, n_end);
+    case 6:
+      return run_rows<kKind, 6>(a, n_begin, n_end);
+    case 7:
+      return run_rows<kKind, 7>(a, n_begin, n_end);
+    default:
+      return run_rows<kKind, 8>(a, n_begin, n_end);
   }
 }
 
@@ -237,9 +245,12 @@ VLLM_AVX512 void run_kind(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 
 VLLM_AVX512 void linear_direct_avx512(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   switch (a.w_dtype) {
-    case DType::kBF16: return run_kind<kBF16W>(a, n_begin, n_end);
-    case DType::kF16: return run_kind<kF16W>(a, n_begin, n_end);
-    default: return run_kind<kF32W>(a, n_begin, n_end);
+    case DType::kBF16:
+      return run_kind<kBF16W>(a, n_begin, n_end);
+    case DType::kF16:
+      return run_kind<kF16W>(a, n_begin, n_end);
+    default:
+      return run_kind<kF32W>(a, n_begin, n_end);
   }
 }
 

@@ -133,7 +133,9 @@ namespace {
 
 constexpr size_t kScratchAlign = 64;
 
-size_t align_up(size_t n) { return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+size_t align_up(size_t n) {
+  return (n + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+}
 
 // The scratch layout: per routed (token, expert) pair, sorted by expert, its token and weight;
 // then the gathered rows x [P, H], gate|up [P, 2I], act [P, I] and expert outputs [P, H].
@@ -251,7 +253,8 @@ Status moe_experts_stacked(const Tensor& x, const Tensor& gate_up, const Tensor&
   }
   for (int64_t t = 0; t < tokens; ++t) std::fill_n(out_rows.row<float>(t), hidden, 0.0f);
 
-  const size_t gate_up_stride = static_cast<size_t>(2 * inter * hidden) * dtype_size(gate_up.dtype());
+  const size_t gate_up_stride =
+      static_cast<size_t>(2 * inter * hidden) * dtype_size(gate_up.dtype());
   const size_t down_stride = static_cast<size_t>(hidden * inter) * dtype_size(down.dtype());
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t first = start[e], n = start[e + 1] - start[e];

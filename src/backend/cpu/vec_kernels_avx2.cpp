@@ -27,7 +27,8 @@ VLLM_AVX2 inline float dot(const float* a, const float* b, int64_t n) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
     acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
   }
-  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  for (; i + 8 <= n; i += 8)
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
   float sum = hsum(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) sum = std::fma(a[i], b[i], sum);
   return sum;

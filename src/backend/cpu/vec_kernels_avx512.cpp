@@ -64,7 +64,8 @@ VLLM_AVX512 void attention_row_avx512(const AttentionRow& a) {
     a.scores[j] = p;
     denom += p;
   }
-  for (int64_t i = 0; i < d; i += 16) _mm512_mask_storeu_ps(a.out + i, tail_mask(d - i), _mm512_setzero_ps());
+  for (int64_t i = 0; i < d; i += 16)
+    _mm512_mask_storeu_ps(a.out + i, tail_mask(d - i), _mm512_setzero_ps());
   for (int64_t j = 0; j < a.ctx; ++j) axpy(a.scores[j], key(j) + bs * a.kv_row, a.out, d);
   const __m512 inv = _mm512_set1_ps(1.0f / denom);
   for (int64_t i = 0; i < d; i += 16) {
@@ -81,11 +82,12 @@ VLLM_AVX512 void delta_rule_step_avx512(const DeltaRuleStep& s) {
     const __mmask16 m = tail_mask(dv - j);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < dk; ++i) {
-      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, s.state + i * dv + j), _mm512_set1_ps(s.k[i]), acc);
+      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, s.state + i * dv + j), _mm512_set1_ps(s.k[i]),
+                            acc);
     }
     const __m512 pred = _mm512_mul_ps(acc, _mm512_set1_ps(s.decay));
-    const __m512 delta =
-        _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s.v + j), pred), _mm512_set1_ps(s.beta));
+    const __m512 delta = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s.v + j), pred),
+                                       _mm512_set1_ps(s.beta));
     _mm512_mask_storeu_ps(mem + j, m, delta);
   }
   // S = decay * S + k delta^T and out = S^T q (one read-write pass).

@@ -13,7 +13,9 @@ namespace {
 
 constexpr size_t kTensorAlign = 64;
 
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+size_t round_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
 
 Expected<std::shared_ptr<void>> allocate_chunk(size_t bytes) {
   void* p = std::aligned_alloc(WeightArena::kHugePage, bytes);
