@@ -2,22 +2,43 @@
 #include "backend/cpu/cpu_isa.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "base/logging.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 namespace vllm::cpu {
 namespace {
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// XCR0: which register states the OS saves on context switches.
+uint64_t xgetbv0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+#endif
+
+// CPUID feature bits, and the OS's support for the wider registers (XCR0), as the
+// instruction set manuals prescribe.
 CpuIsa detect() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
-                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                      __builtin_cpu_supports("avx512dq");
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return CpuIsa::kPortable;
+  const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+  if (!osxsave) return CpuIsa::kPortable;
+  const uint64_t xcr0 = xgetbv0();
+  const bool os_avx = (xcr0 & 0x6) == 0x6;                 // XMM and YMM state
+  const bool os_avx512 = os_avx && (xcr0 & 0xE0) == 0xE0;  // opmask and ZMM state
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return CpuIsa::kPortable;
+  const bool avx2 = os_avx && fma && f16c && ((b >> 5) & 1);
+  const bool avx512 = avx2 && os_avx512 && ((b >> 16) & 1) /* F */ && ((b >> 17) & 1) /* DQ */ &&
+                      ((b >> 30) & 1) /* BW */ && ((b >> 31) & 1) /* VL */;
   if (avx512) return CpuIsa::kAvx512;
   if (avx2) return CpuIsa::kAvx2;
 #endif

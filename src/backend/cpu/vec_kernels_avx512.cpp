@@ -9,8 +9,10 @@
 
 // GCC 12 reports its own AVX-512 intrinsics (their self-initialised "undefined" vectors) as
 // uninitialised; nothing here reads an uninitialised value.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #define VLLM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
