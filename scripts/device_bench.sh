@@ -5,15 +5,17 @@
 #
 #   bash scripts/device_bench.sh OUT_DIR [MODEL ...]     (default: Qwen3.5-4B Qwen3.5-27B)
 #
-# Needs build-device/ from scripts/device_test.sh. Each run's JSON goes to OUT_DIR; the table
-# at the end has per-step times and tokens/s. Exits non-zero if a run fails.
+# Needs build-device/ from scripts/device_test.sh. Writes OUT_DIR/figures.txt (the table
+# printed at the end: per-step times and tokens/s) and OUT_DIR/bench_logs.tar.gz (each run's
+# log and JSON). Exits non-zero if a run fails.
 set -uo pipefail
 if [ $# -lt 1 ]; then
   echo "usage: $0 OUT_DIR [MODEL ...]" >&2
   exit 2
 fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="$(mkdir -p "$1" && cd "$1" && pwd)"
+final="$(mkdir -p "$1" && cd "$1" && pwd)"
+out="$(mktemp -d)"
 shift
 models=("$@")
 [ ${#models[@]} -eq 0 ] && models=(Qwen3.5-4B Qwen3.5-27B)
@@ -32,7 +34,7 @@ latency() {
   local name="$1" model="$2" batch="$3" input="$4" output="$5"
   local json="$out/lat_${name}.json"
   if ! timeout 300 "$vllm" bench latency --model "$root/configs/$model" --load-format dummy \
-      --max-model-len 4096 --batch-size "$batch" --input-len "$input" --output-len "$output" \
+      --max-model-len 4096 --max-num-seqs 64 --batch-size "$batch" --input-len "$input" --output-len "$output" \
       --num-iters-warmup 1 --num-iters 3 --output-json "$json" --disable-detokenize \
       >"$out/lat_${name}.log" 2>&1; then
     echo "FAILED: $name" >&2
@@ -57,7 +59,44 @@ print(f'{d*1e3:.2f} ms/step, {$batch/max(d,1e-9):.1f} tokens/s')")")
   done
 done
 
+# `vllm bench serve` against `vllm serve` on the GPU: 1024 tokens in, 128 out.
+serve_model="${VLLM_SERVE_MODEL:-}"
+if [ -n "$serve_model" ]; then
+  port=18731
+  "$vllm" serve "$root/configs/$serve_model" --load-format dummy --max-model-len 4096 \
+    --port "$port" >"$out/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 180); do
+    if exec 3<>"/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
+      printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+      status_line="$(head -n1 <&3 || true)"
+      exec 3<&- 3>&-
+      [[ "$status_line" == *" 200"* ]] && break
+    fi
+    kill -0 "$server" 2>/dev/null || break
+    sleep 1
+  done
+  for conc in 1 16; do
+    prompts=$((conc == 1 ? 16 : 128))
+    if timeout 300 "$vllm" bench serve --base-url "http://127.0.0.1:$port" \
+        --model "$root/configs/$serve_model" --dataset-name random --random-input-len 1024 \
+        --random-output-len 128 --num-prompts "$prompts" --max-concurrency "$conc" \
+        --disable-tqdm --save-result "$out/serve_c$conc.json" >"$out/serve_c$conc.log" 2>&1; then
+      rows+=("$serve_model serve 1024/128 concurrency $conc: $(python3 -c "
+import json; r = json.load(open('$out/serve_c$conc.json'))
+print(f\"TTFT {r['median_ttft_ms']:.1f} ms, TPOT {r['median_tpot_ms']:.2f} ms, {r['output_throughput']:.0f} output tok/s, {r['total_token_throughput']:.0f} total tok/s\")")")
+    else
+      echo "FAILED: serve concurrency $conc" >&2
+      tail -20 "$out/serve_c$conc.log" >&2
+      failed=1
+    fi
+  done
+  kill "$server" 2>/dev/null
+  wait "$server" 2>/dev/null
+fi
+
 echo
 echo "== figures"
-printf '%s\n' "${rows[@]}" | tee "$out/figures.txt"
+printf '%s\n' "${rows[@]}" | tee "$final/figures.txt"
+tar czf "$final/bench_logs.tar.gz" -C "$out" .
 exit $failed

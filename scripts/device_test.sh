@@ -57,6 +57,8 @@ if [ -f .debs/prefix.tar.xz ]; then
                -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
 fi
 
+# The build runs test binaries too (gtest discovery): they need the prefix's libraries.
+[ -n "$run_path" ] && export LD_LIBRARY_PATH="$run_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "== configure + build ($jobs jobs)"
 start=$(date +%s)
 if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVLLM_CUDA=ON \
@@ -73,7 +75,6 @@ if ! timeout 900 ninja -C "$build" -j "$jobs" "${targets[@]}" >>"$out/build.log"
   exit 1
 fi
 note "build: $(( $(date +%s) - start )) s"
-[ -n "$run_path" ] && export LD_LIBRARY_PATH="$run_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # A gtest run: non-zero on failure, crash or timeout; the result line goes to the summary.
 run_tests() {

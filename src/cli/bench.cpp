@@ -1,5 +1,6 @@
-// `vllm bench`: dispatch to serve / throughput / latency, and the two offline-engine
-// benchmarks (vLLM's `vllm bench throughput` and `vllm bench latency` flags and output).
+// `vllm bench`: dispatch to serve / throughput / latency / multi-turn, and the offline-engine
+// benchmarks (vLLM's `vllm bench throughput` and `vllm bench latency` flags and output; our
+// multi-turn chat workload for prefix caching).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <memory>
 
 #include "base/logging.h"
+#include "bench/multi_turn_benchmark.h"
 #include "bench/offline_benchmark.h"
 #include "cli/bench.h"
 #include "cli/commands.h"
@@ -107,15 +109,49 @@ Runner add_latency(CLI::App& bench) {
   };
 }
 
+Runner add_multi_turn(CLI::App& bench) {
+  struct Args {
+    engine::EngineArgs engine;
+    bench::MultiTurnOptions options;
+    std::optional<int64_t> seed;
+    std::string output_json;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = bench.add_subcommand(
+      "multi-turn", "Multi-turn chat with a shared system prompt, offline (prefix caching)");
+  cmd->add_option("--model", a->engine.model, "Model folder (Hugging Face layout)")->required();
+  add_engine_flags(cmd, &a->engine);
+  cmd->add_option("--num-conversations", a->options.num_conversations)->capture_default_str();
+  cmd->add_option("--num-turns", a->options.num_turns)->capture_default_str();
+  cmd->add_option("--system-prompt-len", a->options.system_prompt_len,
+                  "Tokens of the system prompt every conversation shares")
+      ->capture_default_str();
+  cmd->add_option("--user-len", a->options.user_len, "Tokens of each user message")
+      ->capture_default_str();
+  cmd->add_option("--output-len", a->options.output_len, "Tokens of each reply")
+      ->capture_default_str();
+  cmd->add_option("--max-concurrency", a->options.max_concurrency, "Conversations in flight")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Random seed (prompts and engine)");
+  cmd->add_option("--output-json", a->output_json, "Write the results as JSON");
+  return [a] {
+    a->options.seed = static_cast<uint64_t>(a->seed.value_or(0));
+    a->engine.seed = a->seed;
+    return run_offline(a->engine, a->options, a->output_json, bench::run_multi_turn_benchmark);
+  };
+}
+
 }  // namespace
 
 Runner add_bench_command(CLI::App& app) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks with vLLM's metrics: serve, throughput, latency");
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Benchmarks with vLLM's metrics: serve, throughput, latency, multi-turn");
   bench->require_subcommand(1);
   auto runners = std::make_shared<std::map<std::string, Runner>>();
   (*runners)["serve"] = add_bench_serve_command(*bench);
   (*runners)["throughput"] = add_throughput(*bench);
   (*runners)["latency"] = add_latency(*bench);
+  (*runners)["multi-turn"] = add_multi_turn(*bench);
   return [bench, runners] {
     for (CLI::App* sub : bench->get_subcommands()) return runners->at(sub->get_name())();
     return 2;

@@ -29,6 +29,18 @@ void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
                   "fraction of GPU memory for weights, activations and KV cache (default 0.9)")
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching);
+  cmd->add_option("--mamba-cache-interval", flags->engine.mamba_cache_interval,
+                  "Hybrid models: prompt tokens between GDN state snapshots (a multiple of "
+                  "--block-size; 0: only prompt ends, shared-prefix junctions and outputs; "
+                  "default 512, rounded up to a multiple of --block-size)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--mamba-cache-memory-fraction", flags->engine.mamba_cache_memory_fraction,
+                  "Hybrid models: share of the cache budget for GDN state snapshots")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--num-mamba-snapshots-override", flags->engine.num_mamba_snapshots_override,
+                  "Hybrid models: number of GDN state snapshots, whatever the budget")
+      ->check(CLI::NonNegativeNumber);
 }
 
 SamplingParams generation_defaults(const GenerationConfig& generation) {

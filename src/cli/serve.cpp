@@ -47,6 +47,7 @@ struct ServeArgs {
   std::string generation_config = "auto";
   std::string tool_call_parser;
   bool enable_auto_tool_choice = false;
+  bool enable_prompt_tokens_details = false;
   std::string reasoning_parser;
   size_t max_request_bytes = 8u << 20;
   size_t http_threads = 256;
@@ -186,6 +187,7 @@ int run_serve(ServeArgs& args) {
   options.model_root = *model;
   if (!args.tool_call_parser.empty()) options.tool_call_parser = args.tool_call_parser;
   options.enable_auto_tool_choice = args.enable_auto_tool_choice;
+  options.enable_prompt_tokens_details = args.enable_prompt_tokens_details;
   if (!args.reasoning_parser.empty()) options.reasoning_parser = args.reasoning_parser;
   options.default_params = generation_defaults(*generation);
   if (generation->max_new_tokens) {
@@ -250,6 +252,8 @@ Runner add_serve_command(CLI::App& app) {
   cmd->add_option("--tool-call-parser", args->tool_call_parser, "hermes | qwen3_coder");
   cmd->add_flag("--enable-auto-tool-choice", args->enable_auto_tool_choice,
                 "Parse tool calls out of the output when tool_choice is auto");
+  cmd->add_flag("--enable-prompt-tokens-details", args->enable_prompt_tokens_details,
+                "Report usage.prompt_tokens_details.cached_tokens (prefix-cache hits)");
   cmd->add_option("--reasoning-parser", args->reasoning_parser,
                   "qwen3: split <think> into reasoning_content");
   cmd->add_option("--max-request-bytes", args->max_request_bytes,

@@ -81,8 +81,12 @@ bool BlockPool::maybe_evict_cached_block(KVCacheBlock* block) {
   auto pos = std::find(holders.begin(), holders.end(), block);
   if (pos == holders.end()) return false;
   holders.erase(pos);
-  if (holders.empty()) cached_block_hash_to_block_.erase(it);
+  const BlockHash block_hash = *block->block_hash;
   block->reset_hash();
+  if (holders.empty()) {
+    cached_block_hash_to_block_.erase(it);
+    if (hash_evicted_) hash_evicted_(block_hash);
+  }
   return true;
 }
 

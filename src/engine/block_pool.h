@@ -20,9 +20,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/block_hash.h"
@@ -65,6 +67,12 @@ class BlockPool {
   // Drops the cached hash of a block if it holds one; true if it did.
   bool maybe_evict_cached_block(KVCacheBlock* block);
 
+  // Called with a hash when the last cached block holding it loses it (evicted for reuse; not
+  // on reset_prefix_cache). Hybrid models drop that prefix's GDN state snapshot.
+  void set_hash_evicted_callback(std::function<void(const BlockHash&)> callback) {
+    hash_evicted_ = std::move(callback);
+  }
+
   // Forgets every cached hash. Only possible when no block is in use (returns false and logs a
   // warning otherwise), e.g. after a weight update or between benchmark runs.
   bool reset_prefix_cache();
@@ -87,6 +95,7 @@ class BlockPool {
   std::unordered_map<BlockHash, std::vector<KVCacheBlock*>, BlockHashHasher>
       cached_block_hash_to_block_;
   KVCacheBlock* null_block_ = nullptr;
+  std::function<void(const BlockHash&)> hash_evicted_;
 };
 
 }  // namespace vllm::engine

@@ -1,6 +1,9 @@
 #include "engine/engine_core.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "base/logging.h"
@@ -9,6 +12,60 @@
 #include "engine/memory_budget.h"
 
 namespace vllm::engine {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// How many GDN state snapshots the hybrid model's prefix cache gets (0: prefix caching off),
+// with the start-up log line saying so.
+Expected<int32_t> size_state_snapshots(const ModelConfig& mc, const EngineConfig& config,
+                                       int64_t kv_cache_bytes) {
+  const int64_t interval = config.scheduler.state_snapshot_interval;
+  if (interval < 0 || interval % config.block_size != 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--mamba-cache-interval {} must be a multiple of the block size {} (0: "
+                      "no interval snapshots)",
+                      interval, config.block_size);
+  }
+  const double fraction = config.mamba_cache_memory_fraction;
+  if (!(fraction >= 0.0 && fraction < 1.0)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--mamba-cache-memory-fraction {} must be in [0, 1)", fraction);
+  }
+  const int64_t bytes = gdn_state_bytes_per_slot(mc);
+  int64_t count =
+      config.num_mamba_snapshots_override.has_value()
+          ? *config.num_mamba_snapshots_override
+          : static_cast<int64_t>(fraction * static_cast<double>(kv_cache_bytes)) / bytes;
+  if (count < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--num-mamba-snapshots-override {} must not be negative", count);
+  }
+  count = std::min<int64_t>(count, std::numeric_limits<int32_t>::max() / 2);
+  if (!config.num_gpu_blocks_override.has_value() &&
+      count * bytes >= kv_cache_bytes) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{} GDN state snapshots of {} bytes leave nothing of the {}-byte KV cache "
+                      "budget",
+                      count, bytes, kv_cache_bytes);
+  }
+  if (count == 0) {
+    VLLM_LOG_INFO(
+        "Prefix caching is off: no GDN state snapshot ({:.2f} MiB) fits in its share "
+        "of the cache budget",
+        bytes / kMiB);
+    return 0;
+  }
+  VLLM_LOG_INFO(
+      "Prefix caching for the hybrid model: {} GDN state snapshots of {:.2f} MiB "
+      "({:.1f} MiB); snapshots at prompt ends, shared-prefix junctions, output block "
+      "boundaries{}",
+      count, bytes / kMiB, count * bytes / kMiB,
+      interval > 0 ? fmt::format(" and every {} prompt tokens", interval) : "");
+  return static_cast<int32_t>(count);
+}
+
+}  // namespace
 
 Expected<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> model,
                                                          const EngineConfig& config,
@@ -41,19 +98,29 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> 
   sizing.available_memory_bytes = budget.kv_cache_bytes;
   sizing.num_gpu_blocks_override = config.num_gpu_blocks_override;
   sizing.max_model_len = sc.max_model_len;
+
+  bool caching = config.enable_prefix_caching;
+  StateSnapshotConfig snapshots;
+  if (hybrid && caching) {
+    const int64_t block = config.block_size;
+    sc.state_snapshot_interval = config.mamba_cache_interval.value_or(
+        (kDefaultMambaCacheInterval + block - 1) / block * block);
+    VLLM_ASSIGN_OR_RETURN(snapshots.num_snapshots,
+                          size_state_snapshots(mc, core->config_, budget.kv_cache_bytes));
+    snapshots.first_slot = sc.max_num_seqs;  // slots below belong to running requests
+    caching = snapshots.num_snapshots > 0;
+    sizing.available_memory_bytes -=
+        static_cast<int64_t>(snapshots.num_snapshots) * gdn_state_bytes_per_slot(mc);
+  }
   VLLM_ASSIGN_OR_RETURN(int32_t num_blocks, determine_num_gpu_blocks(spec, sizing));
 
-  const bool caching = config.enable_prefix_caching && !hybrid;
-  if (config.enable_prefix_caching && hybrid) {
-    VLLM_LOG_INFO("prefix caching is off for hybrid (Gated DeltaNet) models");
-  }
   core->kv_ = std::make_unique<KVCacheManager>(num_blocks, config.block_size, caching,
-                                               sc.max_model_len);
+                                               sc.max_model_len, snapshots);
   if (hybrid) core->state_slots_ = std::make_unique<StateSlotPool>(sc.max_num_seqs);
   CacheConfig cache_config;
   cache_config.num_blocks = num_blocks;
   cache_config.block_size = config.block_size;
-  cache_config.num_state_slots = num_state_slots;
+  cache_config.num_state_slots = hybrid ? sc.max_num_seqs + snapshots.num_snapshots : 0;
   VLLM_ASSIGN_OR_RETURN(ModelCache cache, model->create_cache(cache_config));
   core->model_ = std::move(model);
   core->scheduler_ =
@@ -133,6 +200,7 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   PrefixCacheStats interval = kv_->make_prefix_cache_stats();
   prefix_cache_queries_ += interval.queries;
   prefix_cache_hits_ += interval.hits;
+  prefix_cache_preempted_hits_ += interval.preempted_hits;
   return outputs;
 }
 
@@ -146,9 +214,15 @@ EngineStats EngineCore::stats() const {
   s.num_preemptions = scheduler_->num_preemptions();
   s.prefix_cache_queries = prefix_cache_queries_;
   s.prefix_cache_hits = prefix_cache_hits_;
+  s.prefix_cache_preempted_hits = prefix_cache_preempted_hits_;
   if (state_slots_) {
-    s.num_free_state_slots = state_slots_->num_free_slots();
     s.num_state_slots = state_slots_->num_slots();
+    s.num_free_state_slots = state_slots_->num_free_slots();
+  }
+  if (const StateSnapshotPool* snapshots = kv_->state_snapshots()) {
+    s.state_snapshot_capacity = snapshots->capacity();
+    s.num_state_snapshots = snapshots->num_snapshots();
+    s.num_reserved_state_snapshots = snapshots->num_reserved();
   }
   return s;
 }

@@ -20,6 +20,10 @@
 
 namespace vllm::engine {
 
+// Measured on the demo model (BENCHMARKS.md): a second request sharing a 2,000-token prefix
+// resumes 1,536 tokens in instead of recomputing it, for no measurable prefill cost on the CPU.
+inline constexpr int64_t kDefaultMambaCacheInterval = 512;
+
 struct EngineConfig {
   SchedulerConfig scheduler;  // max_model_len 0: the model's max_position_embeddings
   int32_t block_size = 16;
@@ -28,7 +32,14 @@ struct EngineConfig {
   // gpu_memory_utilization leaves after weights, workspace and GDN state (memory_budget.h).
   int64_t kv_cache_memory_bytes = 0;
   double gpu_memory_utilization = 0.9;
-  bool enable_prefix_caching = true;  // forced off for hybrid (GDN) models
+  bool enable_prefix_caching = true;
+  // Hybrid (GDN) models with prefix caching: the share of kv_cache_memory_bytes that holds
+  // GDN state snapshots (state_snapshot_pool.h), or their number outright, and the prompt
+  // tokens between interval snapshots (state_snapshot_policy.h; 0: none; unset:
+  // kDefaultMambaCacheInterval rounded up to a multiple of block_size).
+  double mamba_cache_memory_fraction = 0.1;
+  std::optional<int32_t> num_mamba_snapshots_override;
+  std::optional<int64_t> mamba_cache_interval;
   uint64_t seed = 0;
 };
 
@@ -41,8 +52,13 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t prefix_cache_queries = 0;  // tokens, since start
   int64_t prefix_cache_hits = 0;
-  int32_t num_free_state_slots = 0;  // GDN state slots (hybrid models; 0 otherwise)
+  int64_t prefix_cache_preempted_hits = 0;  // resumed requests' hits, counted apart (vLLM)
+  // Hybrid models: GDN state slots of running requests, and prefix-cache state snapshots.
   int32_t num_state_slots = 0;
+  int32_t num_free_state_slots = 0;
+  int32_t state_snapshot_capacity = 0;
+  int32_t num_state_snapshots = 0;           // committed
+  int32_t num_reserved_state_snapshots = 0;  // being written by a step
 };
 
 class EngineCore {
@@ -66,6 +82,10 @@ class EngineCore {
   // One step: schedule, run the model, update. Outputs of every request that advanced.
   Expected<std::vector<EngineCoreOutput>> step();
 
+  // Forgets every cached prefix (and state snapshot), as vLLM's reset_prefix_cache; false, and
+  // nothing done, while requests hold blocks.
+  bool reset_prefix_cache() { return kv_->reset_prefix_cache(); }
+
   bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
   EngineStats stats() const;
   const ModelConfig& model_config() const { return model_->config(); }
@@ -84,6 +104,7 @@ class EngineCore {
   std::vector<EngineCoreOutput> pending_;  // aborts, delivered by the next step
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;
+  int64_t prefix_cache_preempted_hits_ = 0;
 };
 
 }  // namespace vllm::engine

@@ -15,7 +15,11 @@
 //
 // Prefix caching is for full blocks only, and never covers a whole prompt: the last token is
 // always recomputed to get its logits (so a fully cached prompt recomputes its last block).
-// Hybrid (GDN) models run with enable_caching = false (see state_slot_pool.h).
+//
+// Hybrid (GDN) models: a hit must also restore the GDN state at its end, so the manager keeps
+// a StateSnapshotPool (state_snapshot_pool.h) and a hit is the longest run of cached blocks
+// whose last block has a state snapshot. The scheduler reserves snapshots for chunks that end
+// at snapshot positions (state_snapshot_policy.h) and commits them after the step ran.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,7 @@
 #include "engine/block_pool.h"
 #include "engine/kv_cache_block.h"
 #include "engine/single_type_kv_cache_manager.h"
+#include "engine/state_snapshot_pool.h"
 
 namespace vllm::engine {
 
@@ -72,18 +77,36 @@ struct PrefixCacheStats {
 struct ComputedBlocks {
   KVCacheBlocks blocks;             // the cached prefix blocks (not yet touched)
   int64_t num_computed_tokens = 0;  // blocks.size() * block_size
+  // Hybrid models: the snapshot slot holding the GDN state after the hit (set iff the hit is
+  // not empty), and the length of the cached KV prefix, which may run past the last snapshot.
+  std::optional<int32_t> state_snapshot_slot;
+  int64_t num_cached_kv_tokens = 0;
+};
+
+// Hybrid models: the model state slots that hold GDN state snapshots (none: no snapshots).
+struct StateSnapshotConfig {
+  int32_t first_slot = 0;
+  int32_t num_snapshots = 0;
+};
+
+// A snapshot slot reserved for the prefix ending in the block with this hash.
+struct StateSnapshotReservation {
+  BlockHash block_hash;
+  int32_t slot = 0;
 };
 
 class KVCacheManager {
  public:
   // num_blocks counts the null block (block 0), as vLLM's num_gpu_blocks.
-  KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_caching,
-                 int64_t max_model_len);
+  // `snapshots` (hybrid models, caching on) makes hits require a GDN state snapshot.
+  KVCacheManager(int32_t num_blocks, int32_t block_size, bool enable_caching, int64_t max_model_len,
+                 StateSnapshotConfig snapshots = {});
 
   // --- Scheduler calls ---
 
-  // Longest cached prefix of full blocks, at most num_tokens - 1 tokens. Empty when caching is
-  // off or the request skips the prefix cache. Changes nothing (stats included).
+  // Longest cached prefix of full blocks, at most num_tokens - 1 tokens (with state snapshots:
+  // the longest one ending in a block with a snapshot). Empty when caching is off or the
+  // request skips the prefix cache. Changes nothing (stats included).
   ComputedBlocks get_computed_blocks(const KVCacheRequest& request) const;
 
   // Gives the request slots for num_new_tokens more tokens (plus num_lookahead_tokens), after
@@ -106,8 +129,27 @@ class KVCacheManager {
   PrefixCacheStats make_prefix_cache_stats();
   const PrefixCacheStats& prefix_cache_stats() const { return prefix_cache_stats_; }
 
-  // Forgets all cached prefixes; false (and nothing done) while any block is in use.
+  // Forgets all cached prefixes (and state snapshots); false (and nothing done) while any block
+  // is in use.
   bool reset_prefix_cache();
+
+  // --- Hybrid models: GDN state snapshots (no-ops / nullopt without them) ---
+
+  // A snapshot slot for the request's state once its first `num_tokens` tokens (a multiple of
+  // the block size, all of them in the request's cached blocks) are computed. nullopt when
+  // that prefix already has a snapshot or no slot can be had.
+  std::optional<StateSnapshotReservation> reserve_state_snapshot(const KVCacheRequest& request,
+                                                                 int64_t num_tokens);
+  // Where the run of cached blocks of the request's prefix that starts with the block holding
+  // token `num_tokens` ends (a block boundary, at most num_tokens() - 1; at or below
+  // num_tokens when that block is not cached). The request's own cached blocks lie before its
+  // num_computed_tokens, so past that this is other requests' work.
+  int64_t cached_prefix_end(const KVCacheRequest& request, int64_t num_tokens) const;
+  // The reserved snapshot was written (after the step's forward pass).
+  void commit_state_snapshot(const BlockHash& block_hash);
+  // A superseded snapshot goes first when a slot is needed.
+  void demote_state_snapshot(const BlockHash& block_hash);
+  const StateSnapshotPool* state_snapshots() const { return state_snapshots_.get(); }
 
   // --- Queries ---
 
@@ -128,6 +170,7 @@ class KVCacheManager {
   int64_t max_model_len_;
   std::unique_ptr<BlockPool> block_pool_;  // heap: the manager stays movable
   FullAttentionManager manager_;
+  std::unique_ptr<StateSnapshotPool> state_snapshots_;  // hybrid models with caching on
   PrefixCacheStats prefix_cache_stats_;
 };
 

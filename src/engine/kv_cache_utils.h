@@ -11,7 +11,8 @@
 // the budget even then; we skip it, so small caches can be forced on any machine), apart
 // from the 2-block minimum.
 //
-// Hybrid models: subtract the GDN state slots' bytes from the budget before calling this.
+// Hybrid models: the engine subtracts the prefix cache's GDN state snapshots from the budget
+// before calling this (the running requests' state slots are not counted yet).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "loader/hf_config.h"
 
 namespace vllm::engine {
 
@@ -47,6 +49,11 @@ int64_t max_memory_usage_bytes(const KVCacheSpec& spec, int64_t max_model_len);
 // can act on (budget too small, bad override, bad spec). Logs the result as vLLM does.
 Expected<int32_t> determine_num_gpu_blocks(const KVCacheSpec& spec,
                                            const KVCacheSizingConfig& config);
+
+// Hybrid models: bytes of one GDN state slot across all linear-attention layers (conv
+// [conv_dim, K - 1] + ssm [Hv, Dk, Dv], f32), i.e. of one running request's state or of one
+// prefix-cache state snapshot. 0 for models without GDN layers.
+int64_t gdn_state_bytes_per_slot(const ModelConfig& config);
 
 // "GPU KV cache size: 12,336 tokens"-style figures, for the startup log and tests.
 int64_t kv_cache_size_tokens(int32_t num_gpu_blocks, int32_t block_size);

@@ -5,6 +5,7 @@
 
 #include "base/profile.h"
 #include "ops/ops.h"
+#include "model/state_copy.h"
 
 namespace vllm::engine {
 namespace {
@@ -100,11 +101,16 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
     VLLM_PROFILE_SCOPE("step.prepare_inputs");
     batch = prepare_inputs(output, &prompt_rows);
   }
+  // Hybrid prefix caching: restored snapshots in, then the step, then the snapshots it saves out.
+  VLLM_RETURN_IF_ERROR(
+      copy_state_slots(model_->context(), cache_, output.state_restores.src_slots, output.state_restores.dst_slots));
   Tensor logits;
   {
     VLLM_PROFILE_SCOPE("step.forward");
     VLLM_ASSIGN_OR_RETURN(logits, model_->forward(batch, cache_));
   }
+  VLLM_RETURN_IF_ERROR(
+      copy_state_slots(model_->context(), cache_, output.state_saves.src_slots, output.state_saves.dst_slots));
 
   std::vector<SamplingRequestState> states;
   std::vector<int64_t> sample_rows;

@@ -4,7 +4,8 @@
 // Inputs are built once per step: token ids, positions, slot_mapping and block tables for
 // the attention layers, state-slot indices for the GDN layers, and the logits rows wanted
 // (each sampling request's last row, plus prompt rows of requests that asked for prompt
-// logprobs).
+// logprobs). Hybrid models' GDN state snapshots are copied around the forward pass
+// (SchedulerOutput::state_restores before it, state_saves after it).
 #pragma once
 
 #include <memory>

@@ -17,6 +17,7 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/sampling_ops.h"
 #include "engine/sampling_params.h"
+#include "engine/state_snapshot_policy.h"
 
 namespace vllm::engine {
 
@@ -61,6 +62,10 @@ class Request {
 
   // The view the KV cache manager takes.
   KVCacheRequest kv_view() const;
+  // What the GDN state snapshot policy looks at (hybrid models).
+  SnapshotRequestView snapshot_view() const {
+    return {num_tokens(), num_prompt_tokens_, snapshot_junction};
+  }
 
   RequestStatus status = RequestStatus::kWaiting;
   int64_t num_computed_tokens = 0;
@@ -69,6 +74,10 @@ class Request {
   std::optional<int32_t> stop_token;  // the EOS / stop token id that finished it, if any
   // Prompt logprobs, filled while the prompt is computed (when params ask for them).
   std::vector<TokenLogprobs> prompt_logprobs;
+  // Hybrid models (state_snapshot_policy.h): the shared-prefix junction found at admission
+  // (0: none) and the request's latest output snapshot, demoted when a newer one is saved.
+  int64_t snapshot_junction = 0;
+  std::optional<BlockHash> output_snapshot;
 
  private:
   std::string request_id_;

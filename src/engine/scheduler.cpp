@@ -13,6 +13,14 @@ Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager* kv_cache_man
   VLLM_CHECK(kv_ != nullptr);
   VLLM_CHECK(config_.max_model_len > 0 && config_.max_num_seqs > 0 &&
              config_.max_num_batched_tokens > 0);
+  snapshots_ = kv_->state_snapshots() != nullptr;
+  VLLM_CHECK_MSG(!snapshots_ || state_slots_ != nullptr, "state snapshots without state slots");
+  snapshot_policy_.block_size = kv_->block_size();
+  snapshot_policy_.interval = config_.state_snapshot_interval;
+  VLLM_CHECK_MSG(!snapshots_ || (snapshot_policy_.interval >= 0 &&
+                                 snapshot_policy_.interval % snapshot_policy_.block_size == 0),
+                 "state snapshot interval {} is not a multiple of the block size {}",
+                 snapshot_policy_.interval, snapshot_policy_.block_size);
 }
 
 void Scheduler::add_request(std::unique_ptr<Request> request) {
@@ -43,6 +51,38 @@ void Scheduler::free_request(Request* request) {
   if (state_slots_ != nullptr) state_slots_->free(request->request_id());
 }
 
+void Scheduler::update_junction(Request* req, int64_t computed) {
+  if (!snapshots_ || computed >= req->num_tokens() - 1) return;
+  // Blocks of this request's prefix past `computed` that are cached already are another
+  // request's (computed, or being computed); where they end, the two prefixes part (or the
+  // other one has got to), and later requests sharing the prefix will look for a state.
+  const int64_t frontier = kv_->cached_prefix_end(req->kv_view(), computed);
+  if (frontier > computed) req->snapshot_junction = frontier;
+}
+
+int64_t Scheduler::clip_to_snapshot(const Request* req, int64_t computed, int64_t n) const {
+  if (!snapshots_ || n <= 0) return n;
+  const std::optional<int64_t> stop =
+      next_snapshot_position(snapshot_policy_, req->snapshot_view(), computed);
+  return stop.has_value() ? std::min(n, *stop - computed) : n;
+}
+
+void Scheduler::maybe_save_snapshot(Request* req, const ScheduledRequest& s, SchedulerOutput* out) {
+  if (!snapshots_) return;
+  const int64_t end = s.num_computed_tokens + s.num_scheduled_tokens;
+  const SnapshotKind kind = snapshot_kind_at(snapshot_policy_, req->snapshot_view(), end);
+  if (kind == SnapshotKind::kNone) return;
+  const std::optional<StateSnapshotReservation> reserved =
+      kv_->reserve_state_snapshot(req->kv_view(), end);
+  if (!reserved.has_value()) return;  // that prefix has one already, or no slot is free
+  out->state_saves.add(s.state_slot, reserved->slot);
+  out->saved_state_snapshots.push_back(reserved->block_hash);
+  if (kind == SnapshotKind::kOutput) {
+    if (req->output_snapshot.has_value()) kv_->demote_state_snapshot(*req->output_snapshot);
+    req->output_snapshot = reserved->block_hash;
+  }
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
@@ -53,7 +93,8 @@ SchedulerOutput Scheduler::schedule() {
     }
     n = std::min(n, budget);
     // Never compute past max_model_len - 1: the token at max_model_len is never needed.
-    return std::min(n, config_.max_model_len - 1 - computed);
+    n = std::min(n, config_.max_model_len - 1 - computed);
+    return clip_to_snapshot(req, computed, n);
   };
   auto record = [&](Request* req, int64_t n) {
     ScheduledRequest s;
@@ -62,6 +103,7 @@ SchedulerOutput Scheduler::schedule() {
     s.num_scheduled_tokens = n;
     s.block_ids = kv_->get_block_ids(req->request_id());
     if (state_slots_ != nullptr) s.state_slot = *state_slots_->get_slot(req->request_id());
+    maybe_save_snapshot(req, s, &out);
     out.requests.push_back(std::move(s));
     budget -= n;
   };
@@ -70,6 +112,7 @@ SchedulerOutput Scheduler::schedule() {
   bool preempted = false;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* req = running_[i];
+    update_junction(req, req->num_computed_tokens);
     const int64_t n = cap(req, req->num_computed_tokens);
     if (n <= 0) {
       ++i;
@@ -99,6 +142,7 @@ SchedulerOutput Scheduler::schedule() {
     if (state_slots_ != nullptr && !state_slots_->allocate(req->request_id()).has_value()) break;
     ComputedBlocks hit;
     if (req->num_computed_tokens == 0) hit = kv_->get_computed_blocks(req->kv_view());
+    update_junction(req, hit.num_computed_tokens);
     const int64_t n = cap(req, hit.num_computed_tokens);
     if (n <= 0) {
       if (state_slots_ != nullptr) state_slots_->free(req->request_id());
@@ -114,6 +158,9 @@ SchedulerOutput Scheduler::schedule() {
     req->status = RequestStatus::kRunning;
     req->num_computed_tokens = hit.num_computed_tokens;
     if (req->num_cached_tokens < 0) req->num_cached_tokens = hit.num_computed_tokens;
+    if (hit.state_snapshot_slot.has_value()) {
+      out.state_restores.add(*hit.state_snapshot_slot, *state_slots_->get_slot(req->request_id()));
+    }
     record(req, n);
   }
 
@@ -154,6 +201,8 @@ bool Scheduler::check_stop(Request* req) {
 std::vector<EngineCoreOutput> Scheduler::update_from_output(
     const SchedulerOutput& output, std::span<const TokenLogprobs> sampled,
     std::span<const std::vector<TokenLogprobs>> prompt_logprobs) {
+  // The step ran: the states it saved are snapshots now.
+  for (const BlockHash& hash : output.saved_state_snapshots) kv_->commit_state_snapshot(hash);
   std::vector<EngineCoreOutput> outputs;
   size_t next_sample = 0;
   for (size_t i = 0; i < output.requests.size(); ++i) {

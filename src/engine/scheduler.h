@@ -10,6 +10,11 @@
 // (its blocks freed, its progress dropped: it is recomputed later); no waiting request is
 // admitted in a step that preempted.
 //
+// Hybrid models with prefix caching: a prefill chunk also ends at each GDN state snapshot
+// position (state_snapshot_policy.h); the step then saves the request's state into a snapshot
+// slot, and a request admitted on a prefix-cache hit first gets the hit's snapshot copied into
+// its state slot (SchedulerOutput::state_restores / state_saves).
+//
 // The scheduler owns the requests; the KV cache manager and state slots are borrowed.
 #pragma once
 
@@ -33,6 +38,21 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 8192;
   int64_t max_model_len = 0;
   int64_t long_prefill_token_threshold = 0;  // 0: a prefill chunk may take the whole budget
+  // Hybrid models with prefix caching: tokens between prompt state snapshots (a multiple of
+  // the block size; 0: only prompt ends, junctions and outputs).
+  int64_t state_snapshot_interval = 0;
+};
+
+// GDN state slot copies: src_slots[i] -> dst_slots[i] (model/state_copy.h).
+struct StateSlotCopies {
+  std::vector<int32_t> src_slots;
+  std::vector<int32_t> dst_slots;
+
+  bool empty() const { return src_slots.empty(); }
+  void add(int32_t src, int32_t dst) {
+    src_slots.push_back(src);
+    dst_slots.push_back(dst);
+  }
 };
 
 struct ScheduledRequest {
@@ -48,6 +68,11 @@ struct SchedulerOutput {
   std::vector<ScheduledRequest> requests;
   int64_t total_num_scheduled_tokens = 0;
   std::vector<std::string> preempted_request_ids;
+  // Hybrid models: snapshots restored into admitted requests' slots before the forward pass,
+  // and states saved into reserved snapshot slots after it (committed by update_from_output).
+  StateSlotCopies state_restores;
+  StateSlotCopies state_saves;
+  std::vector<BlockHash> saved_state_snapshots;  // one per state_saves pair
 
   bool empty() const { return requests.empty(); }
 };
@@ -98,10 +123,20 @@ class Scheduler {
   void preempt(Request* request);
   void free_request(Request* request);
   bool check_stop(Request* request);
+  // Hybrid models: notes where the cached KV of the request's prefix ends ahead of it (a
+  // junction, state_snapshot_policy.h); shortens a chunk to the next snapshot position;
+  // reserves the snapshot when the chunk ends at one.
+  void update_junction(Request* request, int64_t num_computed_tokens);
+  int64_t clip_to_snapshot(const Request* request, int64_t num_computed_tokens,
+                           int64_t num_new_tokens) const;
+  void maybe_save_snapshot(Request* request, const ScheduledRequest& scheduled,
+                           SchedulerOutput* out);
 
   SchedulerConfig config_;
   KVCacheManager* kv_;
   StateSlotPool* state_slots_;
+  bool snapshots_ = false;  // the KV cache manager keeps GDN state snapshots
+  StateSnapshotPolicy snapshot_policy_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;

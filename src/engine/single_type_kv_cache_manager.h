@@ -4,7 +4,8 @@
 // (vllm/v1/core/single_type_kv_cache_manager.py), full attention only: no sliding window, so
 // no block is ever dropped before the request ends (remove_skipped_blocks is a no-op), and no
 // null-block padding. vLLM's KVCacheCoordinator layer is folded away: we have one KV-cache
-// group (hybrid models keep their GDN state in StateSlotPool, not in blocks).
+// group (hybrid models keep their GDN state in StateSlotPool and StateSnapshotPool, not in
+// blocks).
 #pragma once
 
 #include <cstdint>

@@ -11,9 +11,9 @@
 // vLLM keeps this state in its MambaManager as one block per request; a plain slot pool is
 // the same thing without the block-table machinery.
 //
-// Prefix caching is off for hybrid models: reusing a cached prefix would need the recurrent
-// state at that block boundary, i.e. state snapshots saved at block boundaries (vLLM's
-// mamba "align" cache mode). That is a later goal.
+// Prefix caching for hybrid models keeps snapshots of this state at block boundaries in
+// further model state slots, after the running ones (state_snapshot_pool.h); a request that
+// hits a cached prefix gets the snapshot copied into its slot before its first step.
 //
 // A slot handed out may hold an earlier request's state: the model runner zeroes a slot's
 // state when its request starts from num_computed_tokens == 0.

@@ -35,6 +35,9 @@ struct ServingOptions {
   std::optional<std::string> reasoning_parser;  // "qwen3"
   SamplingParams default_params;                // vLLM's, then generation_config.json's
   std::optional<int32_t> default_max_tokens;    // generation_config.json's max_new_tokens
+  // vLLM's --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens (the
+  // prompt tokens a prefix-cache hit skipped) when there were any.
+  bool enable_prompt_tokens_details = false;
 };
 
 class EventStream {

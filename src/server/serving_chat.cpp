@@ -53,11 +53,18 @@ ordered_json stop_reason(const engine::CompletionOutput& c) {
   return nullptr;
 }
 
-ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens},
-          {"completion_tokens", completion_tokens},
-          {"prompt_tokens_details", nullptr}};
+// cached_tokens: the prefix-cache hit, reported (as vLLM does) only when details are on and
+// there was one.
+ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
+                        const OpenAIServing* details = nullptr, int64_t cached_tokens = 0) {
+  ordered_json usage = {{"prompt_tokens", prompt_tokens},
+                        {"total_tokens", prompt_tokens + completion_tokens},
+                        {"completion_tokens", completion_tokens},
+                        {"prompt_tokens_details", nullptr}};
+  if (details != nullptr && details->options().enable_prompt_tokens_details && cached_tokens > 0) {
+    usage["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+  }
+  return usage;
 }
 
 struct PreparedChat {
@@ -139,6 +146,7 @@ class ChatStream final : public EventStream {
       return true;
     }
     for (const Generation::Update& u : p_.generation->next(timeout)) {
+      num_cached_tokens_ = u.output.num_cached_tokens;
       for (const engine::CompletionOutput& c : u.output.outputs) emit(c, out);
     }
     if (!p_.generation->finished()) return true;
@@ -147,7 +155,8 @@ class ChatStream final : public EventStream {
       for (const Choice& c : choices_) completion_tokens += static_cast<int64_t>(c.num_tokens);
       ordered_json chunk = header();
       chunk["choices"] = ordered_json::array();
-      chunk["usage"] = usage_json(static_cast<int64_t>(p_.prompt.size()), completion_tokens);
+      chunk["usage"] = usage_json(static_cast<int64_t>(p_.prompt.size()), completion_tokens, &s_,
+                                  num_cached_tokens_);
       out->append("data: ").append(dump_json(chunk)).append("\n\n");
     }
     out->append("data: [DONE]\n\n");
@@ -238,6 +247,7 @@ class ChatStream final : public EventStream {
   const OpenAIServing& s_;
   PreparedChat p_;
   std::vector<Choice> choices_;
+  int64_t num_cached_tokens_ = 0;
   bool sent_roles_ = false;
   bool done_ = false;
 };
@@ -293,7 +303,8 @@ Expected<ServingResponse> OpenAIServing::chat_completions(std::string_view body)
       {"created", p.created},
       {"model", model_name()},
       {"choices", std::move(choices)},
-      {"usage", usage_json(static_cast<int64_t>(p.prompt.size()), completion_tokens)}};
+      {"usage", usage_json(static_cast<int64_t>(p.prompt.size()), completion_tokens, this,
+                           last.num_cached_tokens)}};
   response.body = dump_json(out);
   return response;
 }

@@ -114,11 +114,18 @@ Expected<PreparedCompletion> prepare(const OpenAIServing& s, std::string_view bo
   return p;
 }
 
-ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens},
-          {"completion_tokens", completion_tokens},
-          {"prompt_tokens_details", nullptr}};
+// cached_tokens: the prefix-cache hit, reported (as vLLM does) only when details are on and
+// there was one.
+ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
+                        const OpenAIServing* details = nullptr, int64_t cached_tokens = 0) {
+  ordered_json usage = {{"prompt_tokens", prompt_tokens},
+                        {"total_tokens", prompt_tokens + completion_tokens},
+                        {"completion_tokens", completion_tokens},
+                        {"prompt_tokens_details", nullptr}};
+  if (details != nullptr && details->options().enable_prompt_tokens_details && cached_tokens > 0) {
+    usage["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+  }
+  return usage;
 }
 
 class CompletionStream final : public EventStream {
@@ -131,13 +138,14 @@ class CompletionStream final : public EventStream {
   bool next(std::chrono::milliseconds timeout, std::string* out) override {
     if (done_) return false;
     for (const Generation::Update& u : p_.generation->next(timeout)) {
+      num_cached_tokens_ = u.output.num_cached_tokens;
       for (const engine::CompletionOutput& c : u.output.outputs) emit(u, c, out);
     }
     if (!p_.generation->finished()) return true;
     if (p_.request.stream_options.include_usage) {
       ordered_json chunk = header();
       chunk["choices"] = ordered_json::array();
-      chunk["usage"] = usage_json(prompt_tokens(), completion_tokens());
+      chunk["usage"] = usage_json(prompt_tokens(), completion_tokens(), &s_, num_cached_tokens_);
       out->append("data: ").append(dump_json(chunk)).append("\n\n");
     }
     out->append("data: [DONE]\n\n");
@@ -227,6 +235,7 @@ class CompletionStream final : public EventStream {
   const OpenAIServing& s_;
   PreparedCompletion p_;
   std::vector<Choice> choices_;
+  int64_t num_cached_tokens_ = 0;  // of the last prompt that reported, as vLLM's
   bool done_ = false;
 };
 
@@ -285,7 +294,8 @@ Expected<ServingResponse> OpenAIServing::completions(std::string_view body) {
                       {"created", p.created},
                       {"model", model_name()},
                       {"choices", std::move(choices)},
-                      {"usage", usage_json(prompt_tokens, completion_tokens)}};
+                      {"usage", usage_json(prompt_tokens, completion_tokens, this,
+                                           last[p.prompts.size() - 1].num_cached_tokens)}};
   response.body = dump_json(out);
   return response;
 }

@@ -3,17 +3,18 @@
 // NaN so an element a kernel never wrote fails; the updated conv and recurrent states of all
 // slots (those of the batch and the untouched others) are compared too.
 //
-// Tables cover Qwen3.5-4B / 27B layer shapes and small odd ones, varlen batches mixing decode
-// rows (1 token) and prefill rows (up to 1024), distinct random slots among more slots than
-// requests, non-zero starting states, F32 and BF16 activations, and the column slices of one
-// [T, conv_dim + value_dim] projection the model passes. A layer test runs the four ops as the
-// model does and checks that a prefill split over three calls equals one call and the CPU.
+// Tables cover Qwen3.5-4B / 27B layer shapes and small odd ones (every key head dim the delta
+// rule's register capacities hold, 1 .. 256), varlen batches mixing decode rows (1 token) and
+// prefill rows (up to 1024), distinct random slots among more slots than requests, non-zero
+// starting states, F32 and BF16 activations, and the column slices of one
+// [T, conv_dim + value_dim] projection the model passes. test_gdn_layer_cuda.cpp runs the four
+// ops as the model does, a prefill split over several calls against one call.
 //
 // BF16 activations are compared with the CPU ops run in f32 on the same (bf16) inputs.
-// Tolerances (relative L2): BF16 1e-2 (output rounding); F32 1e-5, except the delta rule's
-// output and state, which get kRuleF32Tolerance (see there). States copied from inputs (the
-// conv state) must match exactly. Without a GPU every test but the argument check is skipped;
-// bench_gdn_cuda.cpp holds the timing mode (VLLM_BENCH=1).
+// Tolerances (relative L2): BF16 1e-2 (output rounding); F32 1e-5, also for the delta rule's
+// output and state (kRuleF32Tolerance: gdn_cuda_test_util.h says why). States copied from
+// inputs (the conv state) must match exactly. Without a GPU every test but the argument check
+// is skipped; bench_gdn_cuda.cpp holds the timing mode (VLLM_BENCH=1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -42,40 +43,15 @@ using gdn_test::host_f32;
 using gdn_test::make_batch;
 using gdn_test::upload;
 
-constexpr float kNormEps = 1e-6f;
-constexpr cudaStream_t kStream = nullptr;  // the legacy default stream: copies wait for it
-constexpr double kF32Tolerance = 1e-5;
-constexpr double kBf16Tolerance = 1e-2;
-// The delta rule in F32: the kernel sums each column's dot products in a different order than
-// the CPU loop (four row groups of four partial sums, then shuffles), a few f32 ulps per
-// token, and the recurrence carries that through up to 1024 tokens. The update
-// S <- exp(g) S (I - beta k k^T) + ... does not amplify it (exp(g) <= 1, k unit length), so it
-// grows at most like a sum of independent roundings: the kernel's summation order, run on
-// the CPU, differs from the CPU op by 2.4e-7 at 1024 tokens and Dk = 128. The plain F32 bound
-// of 1e-5 holds with a wide margin.
-constexpr double kRuleF32Tolerance = 1e-5;
+using gdn_test::kActs;
+using gdn_test::kBf16Tolerance;
+using gdn_test::kF32Tolerance;
+using gdn_test::kNormEps;
+using gdn_test::kRuleF32Tolerance;
+using gdn_test::kStream;
+using gdn_test::tolerance;
 
-double tolerance(DType act) {
-  return act == DType::kF32 ? kF32Tolerance : kBf16Tolerance;
-}
-
-#define ASSERT_OK(expr)                                  \
-  do {                                                   \
-    ::vllm::Status status_ = (expr);                     \
-    ASSERT_TRUE(status_.is_ok()) << status_.to_string(); \
-  } while (0)
-
-class GdnCuda : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA parity tests skipped";
-    Status status = cuda::init();
-    ASSERT_TRUE(status.is_ok()) << status.to_string();
-  }
-  std::mt19937 rng_{20250301};
-};
-
-const DType kActs[] = {DType::kF32, DType::kBF16};
+class GdnCuda : public gdn_test::CudaTest {};
 
 // Qwen3.5 GDN layer sizes (configs/Qwen3.5-4B, configs/Qwen3.5-27B): 16 key heads of 128,
 // 32 (4B) or 48 (27B) value heads of 128, conv kernel 4. conv_dim = 2 * 16 * 128 + Hv * 128.
@@ -108,15 +84,15 @@ void check_conv(const ConvCase& c, DType act, std::mt19937& rng) {
 
   Tensor state_ref = state.clone();
   Tensor out_ref = Tensor::empty({tokens, channels}, DType::kF32);
-  ASSERT_OK(cpu::causal_conv1d(to_f32(x).slice(1, c.col_offset, col1), w, bias, b.cpu(), state_ref,
-                               out_ref));
+  GDN_ASSERT_OK(cpu::causal_conv1d(to_f32(x).slice(1, c.col_offset, col1), w, bias, b.cpu(),
+                                   state_ref, out_ref));
 
   const DeviceBatch db = upload(b);
   Tensor x_gpu = dev(x), w_gpu = dev(w), state_gpu = dev(state);
   Tensor bias_gpu = c.bias ? dev(bias) : Tensor();
   Tensor out_gpu = dev(fill_nan({tokens, channels}, act));
-  ASSERT_OK(cuda::causal_conv1d(x_gpu.slice(1, c.col_offset, col1), w_gpu, bias_gpu, db.view,
-                                state_gpu, out_gpu, kStream));
+  GDN_ASSERT_OK(cuda::causal_conv1d(x_gpu.slice(1, c.col_offset, col1), w_gpu, bias_gpu, db.view,
+                                    state_gpu, out_gpu, kStream));
   EXPECT_TRUE(relative_l2(host_f32(out_gpu), out_ref, tolerance(act))) << "out";
   EXPECT_TRUE(relative_l2(host_f32(state_gpu), state_ref, 0.0)) << "conv_state (exact copies)";
 }
@@ -167,11 +143,11 @@ TEST_F(GdnCuda, ConvOutputMayAliasInput) {
     Tensor state = random_tensor({6, channels, 3}, DType::kF32, rng_, 0.0f, 1.0f);
     Tensor state_ref = state.clone();
     Tensor out_ref = Tensor::empty({b.tokens(), channels}, DType::kF32);
-    ASSERT_OK(cpu::causal_conv1d(to_f32(x), w, Tensor(), b.cpu(), state_ref, out_ref));
+    GDN_ASSERT_OK(cpu::causal_conv1d(to_f32(x), w, Tensor(), b.cpu(), state_ref, out_ref));
 
     const DeviceBatch db = upload(b);
     Tensor x_gpu = dev(x), w_gpu = dev(w), state_gpu = dev(state);
-    ASSERT_OK(cuda::causal_conv1d(x_gpu, w_gpu, Tensor(), db.view, state_gpu, x_gpu, kStream));
+    GDN_ASSERT_OK(cuda::causal_conv1d(x_gpu, w_gpu, Tensor(), db.view, state_gpu, x_gpu, kStream));
     EXPECT_TRUE(relative_l2(host_f32(x_gpu), out_ref, tolerance(act))) << "out";
     EXPECT_TRUE(relative_l2(host_f32(state_gpu), state_ref, 0.0)) << "conv_state";
   }
@@ -230,10 +206,10 @@ void check_rule(const RuleCase& c, DType act, std::mt19937& rng, int padding_req
   Tensor qkv_f32 = to_f32(qkv);
   Tensor state_ref = state.clone();
   Tensor out_ref = Tensor::empty({tokens, value_dim}, DType::kF32);
-  ASSERT_OK(cpu::gated_delta_rule(qkv_f32.slice(1, 0, key_dim),
-                                  qkv_f32.slice(1, key_dim, 2 * key_dim),
-                                  qkv_f32.slice(1, 2 * key_dim, 2 * key_dim + value_dim), g, beta,
-                                  b_cpu.cpu(), cpu_params, state_ref, out_ref));
+  GDN_ASSERT_OK(cpu::gated_delta_rule(qkv_f32.slice(1, 0, key_dim),
+                                      qkv_f32.slice(1, key_dim, 2 * key_dim),
+                                      qkv_f32.slice(1, 2 * key_dim, 2 * key_dim + value_dim), g,
+                                      beta, b_cpu.cpu(), cpu_params, state_ref, out_ref));
   if (padding_request >= 0) {
     const int64_t r = padding_request;
     float* rows = out_ref.data<float>() + b.loc[r] * value_dim;
@@ -245,10 +221,10 @@ void check_rule(const RuleCase& c, DType act, std::mt19937& rng, int padding_req
   const DeviceBatch db = upload(b);
   Tensor qkv_gpu = dev(qkv), g_gpu = dev(g), beta_gpu = dev(beta), state_gpu = dev(state);
   Tensor out_gpu = dev(fill_nan({tokens, value_dim}, act));
-  ASSERT_OK(cuda::gated_delta_rule(qkv_gpu.slice(1, 0, key_dim),
-                                   qkv_gpu.slice(1, key_dim, 2 * key_dim),
-                                   qkv_gpu.slice(1, 2 * key_dim, 2 * key_dim + value_dim), g_gpu,
-                                   beta_gpu, db.view, gpu_params, state_gpu, out_gpu, kStream));
+  GDN_ASSERT_OK(
+      cuda::gated_delta_rule(qkv_gpu.slice(1, 0, key_dim), qkv_gpu.slice(1, key_dim, 2 * key_dim),
+                             qkv_gpu.slice(1, 2 * key_dim, 2 * key_dim + value_dim), g_gpu,
+                             beta_gpu, db.view, gpu_params, state_gpu, out_gpu, kStream));
   const double out_tol = act == DType::kF32 ? kRuleF32Tolerance : kBf16Tolerance;
   EXPECT_TRUE(relative_l2(host_f32(out_gpu), out_ref, out_tol)) << "out";
   // The state is f32 from the same inputs in both dtypes.
@@ -269,6 +245,28 @@ TEST_F(GdnCuda, RuleMatchesCpuSmallShapes) {
   }
 }
 
+// Key dims the kernel runs in a partly filled register capacity (32, 64, 128 or 256 rows):
+// the golden test checkpoints' 16 / 20 / 24, 40 and 96, the edges 1, 33, 129 and 255, and the
+// full 256, each with a prefill longer than any staging of the kernel.
+TEST_F(GdnCuda, RuleMatchesCpuAnyKeyDim) {
+  const RuleCase cases[] = {
+      {"Dk=16 Dv=20 Hk=2 Hv=4", 2, 4, 16, 20, {3, 1, 300, 1}, 6},
+      {"Dk=20 Dv=24 Hk=2 Hv=4", 2, 4, 20, 24, {1, 40, 2}, 5},
+      {"Dk=24 Dv=16 Hk=2 Hv=4", 2, 4, 24, 16, {17, 1, 70}, 3},
+      {"Dk=40 Dv=96 Hk=1 Hv=2", 1, 2, 40, 96, {1, 200, 3}, 4},
+      {"Dk=96 Dv=40 Hk=2 Hv=6", 2, 6, 96, 40, {65, 1, 1}, 4},
+      {"Dk=Dv=256 Hk=1 Hv=2", 1, 2, 256, 256, {1, 300, 2}, 4},
+      {"Dk=256 Dv=20 Hk=Hv=2", 2, 2, 256, 20, {90, 1}, 3},
+      {"Dk=Dv=1", 1, 1, 1, 1, {5, 1, 30}, 4},
+      {"Dk=33 Dv=129", 1, 1, 33, 129, {20, 1}, 3},
+      {"Dk=255 Dv=3 Hk=1 Hv=2", 1, 2, 255, 3, {2, 40}, 3},
+      {"Dk=129 Dv=9 no l2norm", 1, 1, 129, 9, {30, 1}, 2, false, 0.2f},
+  };
+  for (const RuleCase& c : cases) {
+    for (DType act : kActs) check_rule(c, act, rng_);
+  }
+}
+
 TEST_F(GdnCuda, RuleMatchesCpuQwenShapes) {
   const RuleCase cases[] = {
       {"4B mixed batch", 16, 32, 128, 128, {1, 1024, 1, 7, 1}, 12},
@@ -281,8 +279,11 @@ TEST_F(GdnCuda, RuleMatchesCpuQwenShapes) {
 }
 
 TEST_F(GdnCuda, RulePaddingRequestWritesZerosAndNoState) {
-  const RuleCase c{"padding", 2, 4, 32, 32, {3, 10, 1, 4}, 6};
-  for (DType act : kActs) check_rule(c, act, rng_, /*padding_request=*/1);
+  const RuleCase cases[] = {{"padding Dk=32", 2, 4, 32, 32, {3, 10, 1, 4}, 6},
+                            {"padding Dk=20 Dv=24", 2, 4, 20, 24, {3, 10, 1, 4}, 6}};
+  for (const RuleCase& c : cases) {
+    for (DType act : kActs) check_rule(c, act, rng_, /*padding_request=*/1);
+  }
 }
 
 TEST_F(GdnCuda, ConvPaddingRequestWritesZerosAndNoState) {
@@ -298,7 +299,7 @@ TEST_F(GdnCuda, ConvPaddingRequestWritesZerosAndNoState) {
     Tensor state = random_tensor({num_slots + 1, channels, 3}, DType::kF32, rng_, 0.0f, 1.0f);
     Tensor state_ref = state.clone();
     Tensor out_ref = Tensor::empty({b.tokens(), channels}, DType::kF32);
-    ASSERT_OK(cpu::causal_conv1d(to_f32(x), w, Tensor(), b_cpu.cpu(), state_ref, out_ref));
+    GDN_ASSERT_OK(cpu::causal_conv1d(to_f32(x), w, Tensor(), b_cpu.cpu(), state_ref, out_ref));
     std::fill(out_ref.data<float>() + b.loc[1] * channels,
               out_ref.data<float>() + b.loc[2] * channels, 0.0f);
 
@@ -306,7 +307,8 @@ TEST_F(GdnCuda, ConvPaddingRequestWritesZerosAndNoState) {
     Tensor x_gpu = dev(x), w_gpu = dev(w);
     Tensor state_gpu = dev(state.slice(0, 0, num_slots).clone());
     Tensor out_gpu = dev(fill_nan({b.tokens(), channels}, act));
-    ASSERT_OK(cuda::causal_conv1d(x_gpu, w_gpu, Tensor(), db.view, state_gpu, out_gpu, kStream));
+    GDN_ASSERT_OK(
+        cuda::causal_conv1d(x_gpu, w_gpu, Tensor(), db.view, state_gpu, out_gpu, kStream));
     EXPECT_TRUE(relative_l2(host_f32(out_gpu), out_ref, tolerance(act))) << "out";
     EXPECT_TRUE(relative_l2(host_f32(state_gpu), state_ref.slice(0, 0, num_slots).clone(), 0.0))
         << "conv_state";
@@ -333,14 +335,15 @@ TEST_F(GdnCuda, GatingMatchesCpu) {
       Tensor ba_f32 = to_f32(ba);
       Tensor g_ref = Tensor::empty({c.tokens, c.heads}, DType::kF32);
       Tensor beta_ref = Tensor::empty({c.tokens, c.heads}, DType::kF32);
-      ASSERT_OK(cpu::gdn_gating(ba_f32.slice(1, c.heads, 2 * c.heads), ba_f32.slice(1, 0, c.heads),
-                                A_log, dt_bias, g_ref, beta_ref));
+      GDN_ASSERT_OK(cpu::gdn_gating(ba_f32.slice(1, c.heads, 2 * c.heads),
+                                    ba_f32.slice(1, 0, c.heads), A_log, dt_bias, g_ref, beta_ref));
 
       Tensor ba_gpu = dev(ba), A_log_gpu = dev(A_log), dt_bias_gpu = dev(dt_bias);
       Tensor g_gpu = dev(fill_nan({c.tokens, c.heads}, DType::kF32));
       Tensor beta_gpu = dev(fill_nan({c.tokens, c.heads}, DType::kF32));
-      ASSERT_OK(cuda::gdn_gating(ba_gpu.slice(1, c.heads, 2 * c.heads), ba_gpu.slice(1, 0, c.heads),
-                                 A_log_gpu, dt_bias_gpu, g_gpu, beta_gpu, kStream));
+      GDN_ASSERT_OK(cuda::gdn_gating(ba_gpu.slice(1, c.heads, 2 * c.heads),
+                                     ba_gpu.slice(1, 0, c.heads), A_log_gpu, dt_bias_gpu, g_gpu,
+                                     beta_gpu, kStream));
       // f32 outputs from the same inputs in both dtypes.
       EXPECT_TRUE(relative_l2(host_f32(g_gpu), g_ref, kF32Tolerance)) << "g";
       EXPECT_TRUE(relative_l2(host_f32(beta_gpu), beta_ref, kF32Tolerance)) << "beta";
@@ -358,7 +361,14 @@ TEST_F(GdnCuda, GatedRmsNormMatchesCpu) {
                         {300, 48, 128, DType::kBF16, false},
                         {3, 4, 37, DType::kF32, false},
                         {1, 1, 1000, DType::kF16, true},
-                        {2048, 32, 128, DType::kBF16, true}};
+                        {2048, 32, 128, DType::kBF16, true},
+                        // The golden checkpoints' value head dims and others.
+                        {9, 4, 16, DType::kF32, true},
+                        {7, 4, 20, DType::kBF16, false},
+                        {3, 4, 24, DType::kF32, true},
+                        {5, 3, 40, DType::kBF16, true},
+                        {2, 2, 96, DType::kF32, false},
+                        {4, 2, 256, DType::kBF16, true}};
   for (const Case& c : cases) {
     for (DType act : kActs) {
       SCOPED_TRACE(fmt::format("[{} x {} x {}] x={} weight={} alias={}", c.tokens, c.heads, c.dim,
@@ -370,184 +380,16 @@ TEST_F(GdnCuda, GatedRmsNormMatchesCpu) {
       Tensor w = random_tensor({c.dim}, c.weight_dtype, rng_, 1.0f, 0.2f);
       Tensor mixed_f32 = to_f32(mixed);
       Tensor out_ref = Tensor::empty({c.tokens, width}, DType::kF32);
-      ASSERT_OK(cpu::gated_rms_norm(to_f32(x), mixed_f32.slice(1, z_offset, z_offset + width), w,
-                                    kNormEps, out_ref));
+      GDN_ASSERT_OK(cpu::gated_rms_norm(to_f32(x), mixed_f32.slice(1, z_offset, z_offset + width),
+                                        w, kNormEps, out_ref));
 
       Tensor x_gpu = dev(x), mixed_gpu = dev(mixed), w_gpu = dev(w);
       Tensor out_gpu = c.alias ? x_gpu : dev(fill_nan({c.tokens, width}, act));
-      ASSERT_OK(cuda::gated_rms_norm(x_gpu, mixed_gpu.slice(1, z_offset, z_offset + width), w_gpu,
-                                     kNormEps, out_gpu, kStream));
+      GDN_ASSERT_OK(cuda::gated_rms_norm(x_gpu, mixed_gpu.slice(1, z_offset, z_offset + width),
+                                         w_gpu, kNormEps, out_gpu, kStream));
       EXPECT_TRUE(relative_l2(host_f32(out_gpu), out_ref, tolerance(act)));
     }
   }
-}
-
-// ---- The layer as the model runs it; a prefill split over several calls ----------------
-
-struct LayerCase {
-  std::string name;
-  int64_t hk, hv, dk, dv;
-  int32_t prefill_len;
-  std::vector<int32_t> pieces;  // the prefill's rows in each call (summing to prefill_len)
-};
-
-struct LayerDims {
-  int64_t key_dim, value_dim, conv_dim, hv;
-  explicit LayerDims(const LayerCase& c)
-      : key_dim(c.hk * c.dk), value_dim(c.hv * c.dv), conv_dim(2 * key_dim + value_dim), hv(c.hv) {}
-};
-
-struct LayerWeights {
-  Tensor conv_weight;  // [conv_dim, 4]
-  Tensor A_log;        // [Hv]
-  Tensor dt_bias;      // [Hv]
-  Tensor norm;         // [Dv]
-};
-
-struct LayerState {
-  Tensor conv;  // [num_slots, conv_dim, 3]
-  Tensor ssm;   // [num_slots, Hv, Dk, Dv]
-};
-
-// The four ops as qwen3_5.cpp calls them, on the CPU: mixed [T, conv_dim + value_dim] and
-// ba [T, 2 Hv] in F32; returns core [T, value_dim].
-Tensor layer_cpu(const LayerDims& d, const LayerWeights& w, const Tensor& mixed, const Tensor& ba,
-                 const Batch& b, LayerState& st) {
-  const int64_t tokens = mixed.size(0), kd = d.key_dim;
-  Tensor conv_out = Tensor::empty({tokens, d.conv_dim}, DType::kF32);
-  Tensor g = Tensor::empty({tokens, d.hv}, DType::kF32);
-  Tensor beta = Tensor::empty({tokens, d.hv}, DType::kF32);
-  Tensor core = Tensor::empty({tokens, d.value_dim}, DType::kF32);
-  VLLM_CHECK(cpu::causal_conv1d(mixed.slice(1, 0, d.conv_dim), w.conv_weight, Tensor(), b.cpu(),
-                                st.conv, conv_out)
-                 .is_ok());
-  VLLM_CHECK(cpu::gdn_gating(ba.slice(1, d.hv, 2 * d.hv), ba.slice(1, 0, d.hv), w.A_log, w.dt_bias,
-                             g, beta)
-                 .is_ok());
-  VLLM_CHECK(cpu::gated_delta_rule(conv_out.slice(1, 0, kd), conv_out.slice(1, kd, 2 * kd),
-                                   conv_out.slice(1, 2 * kd, d.conv_dim), g, beta, b.cpu(),
-                                   cpu::GatedDeltaRuleParams{}, st.ssm, core)
-                 .is_ok());
-  VLLM_CHECK(cpu::gated_rms_norm(core, mixed.slice(1, d.conv_dim, d.conv_dim + d.value_dim), w.norm,
-                                 kNormEps, core)
-                 .is_ok());
-  return core;
-}
-
-// The same on the GPU (device weights and state; host inputs in the activation dtype);
-// returns core as F32 on the host.
-Tensor layer_gpu(const LayerDims& d, const LayerWeights& w, const Tensor& mixed_host,
-                 const Tensor& ba_host, const Batch& b, LayerState& st) {
-  const int64_t tokens = mixed_host.size(0), kd = d.key_dim;
-  const DType act = mixed_host.dtype();
-  const DeviceBatch db = upload(b);
-  Tensor mixed = dev(mixed_host), ba = dev(ba_host);
-  Tensor conv_out = dev(fill_nan({tokens, d.conv_dim}, act));
-  Tensor g = dev(fill_nan({tokens, d.hv}, DType::kF32));
-  Tensor beta = dev(fill_nan({tokens, d.hv}, DType::kF32));
-  Tensor core = dev(fill_nan({tokens, d.value_dim}, act));
-  auto check = [](const Status& s) { VLLM_CHECK_MSG(s.is_ok(), "{}", s.to_string()); };
-  check(cuda::causal_conv1d(mixed.slice(1, 0, d.conv_dim), w.conv_weight, Tensor(), db.view,
-                            st.conv, conv_out, kStream));
-  check(cuda::gdn_gating(ba.slice(1, d.hv, 2 * d.hv), ba.slice(1, 0, d.hv), w.A_log, w.dt_bias, g,
-                         beta, kStream));
-  check(cuda::gated_delta_rule(conv_out.slice(1, 0, kd), conv_out.slice(1, kd, 2 * kd),
-                               conv_out.slice(1, 2 * kd, d.conv_dim), g, beta, db.view,
-                               cuda::GatedDeltaRuleParams{}, st.ssm, core, kStream));
-  check(cuda::gated_rms_norm(core, mixed.slice(1, d.conv_dim, d.conv_dim + d.value_dim), w.norm,
-                             kNormEps, core, kStream));
-  return host_f32(core);
-}
-
-// Copies rows [0, n) of src to rows [at, at + n) of dst (both F32 [*, C] contiguous).
-void put_rows(const Tensor& src, Tensor& dst, int64_t at) {
-  const int64_t cols = src.size(1);
-  std::copy_n(src.data<float>(), src.size(0) * cols, dst.data<float>() + at * cols);
-}
-
-// Three requests -- a decode, a prefill, a decode -- run once as one call and once as
-// pieces.size() calls (the prefill in the given pieces, each decode one row per call).
-// Chunked must equal whole (the same arithmetic: only where the state waits in memory
-// differs), and whole must equal the CPU.
-void check_layer_in_chunks(const LayerCase& c, DType act, std::mt19937& rng) {
-  SCOPED_TRACE(c.name + " act=" + std::string(dtype_name(act)));
-  const LayerDims d(c);
-  const int64_t num_slots = 7, calls = static_cast<int64_t>(c.pieces.size());
-  const int64_t width = d.conv_dim + d.value_dim;
-  LayerWeights w_cpu{random_tensor({d.conv_dim, 4}, DType::kBF16, rng, 0.0f, 0.5f),
-                     random_tensor({c.hv}, DType::kF32, rng, -1.0f, 1.5f),
-                     random_tensor({c.hv}, DType::kF32, rng, -1.0f, 0.5f),
-                     random_tensor({c.dv}, DType::kF32, rng, 1.0f, 0.2f)};
-  LayerWeights w_gpu{dev(w_cpu.conv_weight), dev(w_cpu.A_log), dev(w_cpu.dt_bias), dev(w_cpu.norm)};
-  const LayerState initial{
-      random_tensor({num_slots, d.conv_dim, 3}, DType::kF32, rng, 0.0f, 1.0f),
-      random_tensor({num_slots, c.hv, c.dk, c.dv}, DType::kF32, rng, 0.0f, 0.3f)};
-
-  // Per-request inputs: request 1 is the prefill.
-  const std::vector<int32_t> lens = {static_cast<int32_t>(calls), c.prefill_len,
-                                     static_cast<int32_t>(calls)};
-  std::vector<Tensor> mixed, ba;
-  for (int32_t len : lens) {
-    mixed.push_back(random_tensor({len, width}, act, rng, 0.0f, 1.0f));
-    ba.push_back(random_tensor({len, 2 * c.hv}, act, rng, 0.0f, 1.0f));
-  }
-  const Batch whole = make_batch(lens, num_slots, rng);
-  auto gather = [&](const std::vector<Tensor>& per_request, const std::vector<int64_t>& begin,
-                    const std::vector<int64_t>& end) {
-    std::vector<gdn_test::RowRange> parts;
-    for (size_t r = 0; r < per_request.size(); ++r)
-      parts.push_back({&per_request[r], begin[r], end[r]});
-    return gdn_test::gather_rows(parts);
-  };
-  const std::vector<int64_t> zeros(3, 0), all(lens.begin(), lens.end());
-  const Tensor mixed_whole = gather(mixed, zeros, all), ba_whole = gather(ba, zeros, all);
-
-  // CPU, one call.
-  LayerState cpu_state{initial.conv.clone(), initial.ssm.clone()};
-  const Tensor core_ref =
-      layer_cpu(d, w_cpu, to_f32(mixed_whole), to_f32(ba_whole), whole, cpu_state);
-  // GPU, one call.
-  LayerState whole_state{dev(initial.conv), dev(initial.ssm)};
-  const Tensor core_whole = layer_gpu(d, w_gpu, mixed_whole, ba_whole, whole, whole_state);
-  // GPU, in calls; the outputs go back to the whole call's row order.
-  LayerState split_state{dev(initial.conv), dev(initial.ssm)};
-  Tensor core_split = Tensor::empty(core_whole.shape(), DType::kF32);
-  int64_t done = 0;
-  for (int64_t i = 0; i < calls; ++i) {
-    const int32_t piece = c.pieces[static_cast<size_t>(i)];
-    Batch b;
-    b.add(1, whole.slots[0]);
-    b.add(piece, whole.slots[1]);
-    b.add(1, whole.slots[2]);
-    const std::vector<int64_t> begin = {i, done, i}, end = {i + 1, done + piece, i + 1};
-    const Tensor core =
-        layer_gpu(d, w_gpu, gather(mixed, begin, end), gather(ba, begin, end), b, split_state);
-    put_rows(core.slice(0, 0, 1).clone(), core_split, i);
-    put_rows(core.slice(0, 1, 1 + piece).clone(), core_split, calls + done);
-    put_rows(core.slice(0, 1 + piece, 2 + piece).clone(), core_split, calls + c.prefill_len + i);
-    done += piece;
-  }
-  ASSERT_EQ(done, c.prefill_len);
-
-  EXPECT_TRUE(relative_l2(core_split, core_whole, 1e-6)) << "chunked vs one call: core";
-  EXPECT_TRUE(relative_l2(host_f32(split_state.conv), host_f32(whole_state.conv), 0.0))
-      << "chunked vs one call: conv state";
-  EXPECT_TRUE(relative_l2(host_f32(split_state.ssm), host_f32(whole_state.ssm), 1e-6))
-      << "chunked vs one call: ssm state";
-  const double tol = act == DType::kF32 ? kRuleF32Tolerance : kBf16Tolerance;
-  EXPECT_TRUE(relative_l2(core_whole, core_ref, tol)) << "vs CPU: core";
-  EXPECT_TRUE(relative_l2(host_f32(whole_state.conv), cpu_state.conv, 0.0)) << "vs CPU: conv state";
-  EXPECT_TRUE(relative_l2(host_f32(whole_state.ssm), cpu_state.ssm, tol)) << "vs CPU: ssm state";
-}
-
-TEST_F(GdnCuda, LayerInChunksMatchesOneCallAndCpuSmallShapes) {
-  const LayerCase c{"Dk=Dv=32 Hk=2 Hv=4", 2, 4, 32, 32, 100, {37, 1, 62}};
-  for (DType act : kActs) check_layer_in_chunks(c, act, rng_);
-}
-
-TEST_F(GdnCuda, LayerInChunksMatchesOneCallAndCpuQwenShapes) {
-  const LayerCase c{"Qwen3.5-4B", 16, 32, 128, 128, 1024, {300, 1, 723}};
-  for (DType act : kActs) check_layer_in_chunks(c, act, rng_);
 }
 
 // ---- Argument checks ----------------------------------------------------------------------
@@ -563,20 +405,26 @@ TEST_F(GdnCuda, RejectsBadArguments) {
   Tensor state = dev(Tensor::zeros({4, 2, 32, 32}, DType::kF32));
   Tensor out = dev(Tensor::zeros({tokens, 64}, DType::kF32));
   cuda::GatedDeltaRuleParams params;
-  ASSERT_OK(cuda::gated_delta_rule(q, k, v, g, beta, db.view, params, state, out, kStream));
+  GDN_ASSERT_OK(cuda::gated_delta_rule(q, k, v, g, beta, db.view, params, state, out, kStream));
 
   auto expect_error = [](const Status& s, ErrorCode code, const char* word) {
     EXPECT_EQ(s.code(), code) << s.to_string();
     EXPECT_NE(s.message().find(word), std::string::npos) << s.message();
   };
-  // Dk = 48 has no kernel instantiation.
-  Tensor state48 = dev(Tensor::zeros({4, 1, 48, 32}, DType::kF32));
-  Tensor qkv48 = dev(Tensor::zeros({tokens, 48}, DType::kF32));
-  Tensor out48 = dev(Tensor::zeros({tokens, 32}, DType::kF32));
-  Tensor g48 = dev(Tensor::zeros({tokens, 1}, DType::kF32));
-  expect_error(cuda::gated_delta_rule(qkv48, qkv48, out48, g48, g48, db.view, params, state48,
-                                      out48, kStream),
-               ErrorCode::kUnsupported, "key head dim");
+  // Dk = 257 is past the largest register capacity: refused, not clamped.
+  Tensor state257 = dev(Tensor::zeros({4, 1, 257, 8}, DType::kF32));
+  Tensor qk257 = dev(Tensor::zeros({tokens, 257}, DType::kF32));
+  Tensor v8 = dev(Tensor::zeros({tokens, 8}, DType::kF32));
+  Tensor out8 = dev(Tensor::zeros({tokens, 8}, DType::kF32));
+  Tensor g1 = dev(Tensor::zeros({tokens, 1}, DType::kF32));
+  expect_error(
+      cuda::gated_delta_rule(qk257, qk257, v8, g1, g1, db.view, params, state257, out8, kStream),
+      ErrorCode::kUnsupported, "key head dim 257 exceeds the 256");
+  // out sharing memory with an input other warps still read.
+  Tensor out_on_v = qkv.slice(1, 128, 192);
+  expect_error(cuda::gated_delta_rule(q, k, v, g, beta, db.view, params, state, out_on_v, kStream),
+               ErrorCode::kInvalidArgument, "out overlaps v");
+
   Tensor out_bf16 = dev(Tensor::empty({tokens, 64}, DType::kBF16));
   expect_error(cuda::gated_delta_rule(q, k, v, g, beta, db.view, params, state, out_bf16, kStream),
                ErrorCode::kInvalidArgument, "out");
@@ -604,6 +452,18 @@ TEST_F(GdnCuda, RejectsBadArguments) {
   Tensor w4 = dev(Tensor::zeros({16, 4}, DType::kF32));
   expect_error(cuda::causal_conv1d(x, w4, Tensor(), db.view, conv_state4, conv_out, kStream),
                ErrorCode::kInvalidArgument, "conv_state");
+  // out may be x itself, but not x shifted by a column: another thread's inputs.
+  Tensor conv_state3 = dev(Tensor::zeros({4, 16, 3}, DType::kF32));
+  Tensor wide = dev(Tensor::zeros({tokens, 17}, DType::kF32));
+  Tensor x_left = wide.slice(1, 0, 16), x_right = wide.slice(1, 1, 17);
+  GDN_ASSERT_OK(cuda::causal_conv1d(x_left, w4, Tensor(), db.view, conv_state3, x_left, kStream));
+  expect_error(cuda::causal_conv1d(x_left, w4, Tensor(), db.view, conv_state3, x_right, kStream),
+               ErrorCode::kInvalidArgument, "out overlaps x");
+  // Interleaved column slices of one tensor share no element: allowed.
+  Tensor two = dev(Tensor::zeros({tokens, 32}, DType::kF32));
+  Tensor two_left = two.slice(1, 0, 16), two_right = two.slice(1, 16, 32);
+  GDN_ASSERT_OK(
+      cuda::causal_conv1d(two_left, w4, Tensor(), db.view, conv_state3, two_right, kStream));
 
   // Gating with g of the wrong dtype; norm with a head size that does not divide x.
   Tensor ab = dev(Tensor::zeros({tokens, 2}, DType::kF32));
@@ -614,6 +474,12 @@ TEST_F(GdnCuda, RejectsBadArguments) {
   Tensor w7 = dev(Tensor::zeros({7}, DType::kF32));
   expect_error(cuda::gated_rms_norm(out, out, w7, kNormEps, out, kStream),
                ErrorCode::kInvalidArgument, "head size");
+  Tensor w32 = dev(Tensor::zeros({32}, DType::kF32));
+  Tensor norm_z = dev(Tensor::zeros({tokens, 64}, DType::kF32));
+  expect_error(cuda::gated_rms_norm(out, norm_z, w32, kNormEps, norm_z, kStream),
+               ErrorCode::kInvalidArgument, "out overlaps z");
+  expect_error(cuda::gdn_gating(ab, ab, params2, params2, g, g, kStream),
+               ErrorCode::kInvalidArgument, "g overlaps beta");
 }
 
 // Needs no GPU: CPU tensors are refused before anything touches CUDA.

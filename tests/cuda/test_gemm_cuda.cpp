@@ -1,7 +1,8 @@
 // Backend parity for cuda::linear (backend/cuda/gemm.cuh) against cpu::linear on random
-// inputs: M from 1 (decode) to 2048 (prefill), N and K from real models (2560, 9216-9728,
-// 151936-wide logits with a short K to keep the test fast), odd sizes, bias in each dtype,
-// x and out as column slices (aligned and not), BF16 inputs with BF16 or F32 output, and F32.
+// inputs, through cuBLASLt and (M <= kGemvCrossoverRows) the batched GEMV: M from 1 (decode)
+// to 2048 (prefill), N and K from real models (2560, 9216-9728, 151936-wide logits with a
+// short K to keep the test fast), odd sizes, bias in each dtype, x and out as column slices
+// (aligned and not), BF16 inputs with BF16 or F32 output, and F32.
 //
 // Tolerances: BF16 output 1e-2 (its rounding alone is ~2e-3). F32 output from BF16 inputs:
 // the products are exact in f32, only the summation order differs from the CPU's, 1e-4.
@@ -79,13 +80,20 @@ class GemmCuda : public cuda_test::CudaTest {
     Status s = cpu::linear(x.input_f32(), weight, bias, ref);
     ASSERT_TRUE(s.is_ok()) << s.to_string();
 
-    Operand out = nan_operand(c.m, c.n, c.out_dtype, c.out_layout);
     Tensor weight_gpu = to_device(weight);
     Tensor bias_gpu = bias.defined() ? to_device(bias) : Tensor();
-    s = cuda::linear(*blas_, x.view, weight_gpu, bias_gpu, out.view, nullptr);
-    ASSERT_TRUE(s.is_ok()) << s.to_string();
-    EXPECT_TRUE(relative_l2(out.result_f32(), ref, tolerance(c)));
-    EXPECT_TRUE(out.outside_untouched());
+    // Small batches: the batched GEMV (the default) and cuBLASLt.
+    for (int64_t gemv_rows : {cuda::kGemvCrossoverRows, int64_t{0}}) {
+      if (gemv_rows == 0 && c.m > cuda::kGemvCrossoverRows) continue;
+      SCOPED_TRACE(c.m <= gemv_rows ? "batched GEMV" : "cuBLASLt");
+      ASSERT_TRUE(blas_->set_gemv_max_rows(gemv_rows).is_ok());
+      Operand out = nan_operand(c.m, c.n, c.out_dtype, c.out_layout);
+      s = cuda::linear(*blas_, x.view, weight_gpu, bias_gpu, out.view, nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      EXPECT_TRUE(relative_l2(out.result_f32(), ref, tolerance(c)));
+      EXPECT_TRUE(out.outside_untouched());
+    }
+    ASSERT_TRUE(blas_->set_gemv_max_rows(cuda::kGemvCrossoverRows).is_ok());
   }
 
   std::unique_ptr<cuda::BlasContext> blas_;
@@ -178,6 +186,7 @@ TEST_F(GemmCuda, EmptyBatchIsANoOp) {
 
 // The heuristic runs once per (shape, dtypes, strides, alignment); repeats reuse the plan.
 TEST_F(GemmCuda, PlansAreCachedPerShape) {
+  ASSERT_TRUE(blas_->set_gemv_max_rows(0).is_ok());  // these sizes would take the GEMV
   Tensor weight = to_device(random_tensor({256, 128}, kBF16, rng_, 0.0f, 0.1f));
   Tensor bias = to_device(random_tensor({256}, kBF16, rng_, 0.0f, 0.1f));
   auto run = [&](int64_t m, bool with_bias) {

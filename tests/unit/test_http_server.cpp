@@ -57,6 +57,7 @@ class HttpServerTest : public ::testing::Test {
     options.enable_auto_tool_choice = true;
     options.tool_call_parser = "hermes";
     options.reasoning_parser = "qwen3";
+    options.enable_prompt_tokens_details = true;
     metrics_ = std::make_unique<ServerMetrics>("tiny", client_->max_model_len());
     serving_ = std::make_unique<OpenAIServing>(client_.get(), tokenizer_.get(),
                                                std::make_unique<ChatTemplate>(std::move(*parsed)),
@@ -138,6 +139,35 @@ TEST_F(HttpServerTest, CompletionsStreamedAndNot) {
   EXPECT_GE(events, 1);  // a loaded machine may drain all tokens into one event
   EXPECT_NE(streamed->body.find("data: [DONE]\n\n"), std::string::npos);
   EXPECT_TRUE(drained());
+}
+
+// The hybrid model's prefix cache: the same 45-token prompt again resumes from the state
+// snapshot at its last block boundary (32 tokens), which usage reports (vLLM's
+// --enable-prompt-tokens-details) and the Prometheus counters count.
+TEST_F(HttpServerTest, PrefixCacheHitsAreReported) {
+  auto c = connect();
+  std::string ids;
+  for (int i = 0; i < 45; ++i) ids += (i ? "," : "") + std::to_string(7 + 3 * i);
+  const std::string request = R"({"prompt": [)" + ids + R"(], "max_tokens": 3, "temperature": 0})";
+  auto first = c.Post("/v1/completions", request, "application/json");
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  auto usage = nlohmann::json::parse(first->body)["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], 45);
+  EXPECT_TRUE(usage["prompt_tokens_details"].is_null());  // nothing cached yet
+  auto second = c.Post("/v1/completions", request, "application/json");
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  usage = nlohmann::json::parse(second->body)["usage"];
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 32);
+  EXPECT_EQ(nlohmann::json::parse(second->body)["choices"][0]["text"],
+            nlohmann::json::parse(first->body)["choices"][0]["text"]);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(
+      metrics->body.find("vllm:prefix_cache_hits_total{model_name=\"tiny\",engine=\"0\"} 32.0\n"),
+      std::string::npos)
+      << metrics->body;
 }
 
 TEST_F(HttpServerTest, ChatAndErrors) {

@@ -16,6 +16,7 @@
 
 #include "hybrid_checkpoint.h"
 #include "model/model.h"
+#include "model/state_copy.h"
 #include "unit/model_harness.h"
 #include "unit/temp_dir.h"
 
@@ -115,6 +116,28 @@ TEST_P(HybridModelTest, ChunkedPrefillMatchesWholePrefill) {
     }
     EXPECT_LT(rel_l2(logits.data(), reference.data(), n * vocab), 1e-5) << "chunk " << chunk;
   }
+}
+
+// Prefix caching's contract: a state slot copied at a block boundary (copy_state_slots) and
+// restored into another slot lets a second request continue on the first one's KV blocks as
+// if it had computed the prefix itself.
+TEST_P(HybridModelTest, RestoredStateSnapshotContinuesThePrefix) {
+  const int64_t n = 23, prefix = 8, vocab = model_->config().vocab_size;
+  const std::vector<float> reference = whole_prompt(*model_, prompt(n, 1));
+  ModelCache cache = new_cache(*model_);
+  Seq a{prompt(n, 1), {2, 30, 11, 5, 17, 40}, 0, 0};
+  ASSERT_TRUE(step(*model_, cache, {{&a, prefix}}).defined());
+  const std::vector<int32_t> snapshot_slot = {4}, a_slot = {0};
+  ASSERT_TRUE(copy_state_slots(cache, a_slot, snapshot_slot).is_ok());
+  ASSERT_TRUE(step(*model_, cache, {{&a, n - prefix}}).defined());  // a's slot moves on
+
+  Seq b{prompt(n, 1), {2, 30, 7, 9, 13, 21}, 3, prefix};  // a's first two blocks
+  const std::vector<int32_t> b_slot = {3};
+  ASSERT_TRUE(copy_state_slots(cache, snapshot_slot, b_slot).is_ok());
+  Tensor rest = step(*model_, cache, {{&b, n - prefix}});
+  ASSERT_TRUE(rest.defined());
+  EXPECT_LT(rel_l2(rest.data<float>(), reference.data() + prefix * vocab, (n - prefix) * vocab),
+            1e-5);
 }
 
 TEST_P(HybridModelTest, BatchedRequestsMatchAloneWithReusedSlots) {
@@ -318,6 +341,18 @@ TEST(HybridModelCache, ShapesAndBadBatches) {
   EXPECT_NE(out.status().message().find("state_indices[0]"), std::string::npos);
   batch.state_indices = {};
   EXPECT_FALSE(model->forward(batch, cache).has_value());
+
+  // Slot copies: every slot index checked, lists of one length, no copy onto itself.
+  const std::vector<int32_t> one = {1}, two = {2}, pair = {1, 2}, bad = {int32_t{kSlots}};
+  EXPECT_TRUE(copy_state_slots(cache, {}, {}).is_ok());
+  EXPECT_EQ(copy_state_slots(cache, one, pair).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(copy_state_slots(cache, one, bad).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(copy_state_slots(cache, one, one).code(), ErrorCode::kInvalidArgument);
+  cache.ssm_state[1].data<float>()[cache.ssm_state[1].numel() / kSlots + 5] = 7.5f;  // slot 1
+  ASSERT_TRUE(copy_state_slots(cache, one, two).is_ok());
+  EXPECT_EQ(cache.ssm_state[1].data<float>()[2 * cache.ssm_state[1].numel() / kSlots + 5], 7.5f);
+  ModelCache no_gdn;
+  EXPECT_EQ(copy_state_slots(no_gdn, one, two).code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

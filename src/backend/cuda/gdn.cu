@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
@@ -57,6 +58,53 @@ Expected<GdnBatchView> check_gdn_batch(std::string_view op, const GdnBatch& batc
   view.num_tokens = static_cast<int>(num_tokens);
   view.num_slots = static_cast<int>(num_slots);
   return view;
+}
+
+namespace {
+
+// floor(x / y) for y > 0.
+int64_t floor_div(int64_t x, int64_t y) {
+  return x >= 0 ? x / y : -((-x + y - 1) / y);
+}
+
+}  // namespace
+
+bool rows_overlap(const Rows& a, size_t a_size, const Rows& b, size_t b_size) {
+  if (a.rows == 0 || a.cols == 0 || b.rows == 0 || b.cols == 0) return false;
+  const auto a_lo = static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.data));
+  const auto b_lo = static_cast<int64_t>(reinterpret_cast<uintptr_t>(b.data));
+  const int64_t a_width = a.cols * static_cast<int64_t>(a_size);
+  const int64_t b_width = b.cols * static_cast<int64_t>(b_size);
+  const int64_t a_stride = a.row_stride * static_cast<int64_t>(a_size);
+  const int64_t b_stride = b.row_stride * static_cast<int64_t>(b_size);
+  if (a_lo + (a.rows - 1) * a_stride + a_width <= b_lo ||
+      b_lo + (b.rows - 1) * b_stride + b_width <= a_lo) {
+    return false;  // disjoint address ranges
+  }
+  if (a.rows == 1 && b.rows == 1) return true;
+  // The stride of a view of one row does not matter: take the other's.
+  const int64_t stride = a.rows > 1 ? a_stride : b_stride;
+  if (b.rows > 1 && b_stride != stride) return true;  // conservative
+  // Row i of a, [a_lo + i S, + a_width), meets row j of b, [b_lo + j S, + b_width), iff
+  // -b_width < d + k S < a_width with d = b_lo - a_lo and k = j - i in [1 - a.rows, b.rows - 1].
+  const int64_t d = b_lo - a_lo;
+  const int64_t k_lo = floor_div(-b_width - d, stride) + 1;
+  const int64_t k_hi = -floor_div(d - a_width, stride) - 1;
+  return std::max(k_lo, 1 - a.rows) <= std::min(k_hi, b.rows - 1);
+}
+
+bool same_rows(const Rows& a, const Rows& b) {
+  return a.data == b.data && a.rows == b.rows && a.cols == b.cols &&
+         (a.rows <= 1 || a.row_stride == b.row_stride);
+}
+
+Status check_no_overlap(std::string_view op, std::string_view out_arg, const Rows& out,
+                        size_t out_size, std::string_view in_arg, const Rows& in, size_t in_size,
+                        bool allow_same) {
+  if (allow_same && out_size == in_size && same_rows(out, in)) return Status::ok();
+  if (!rows_overlap(out, out_size, in, in_size)) return Status::ok();
+  return make_error(ErrorCode::kInvalidArgument, "{}: {} overlaps {} in memory{}", op, out_arg,
+                    in_arg, allow_same ? " (it may only be that tensor itself)" : "");
 }
 
 }  // namespace detail
@@ -197,6 +245,17 @@ Status gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const T
   VLLM_ASSIGN_OR_RETURN(detail::Rows b_rows, detail::as_rows(kOp, "b", b));
   VLLM_ASSIGN_OR_RETURN(detail::Rows g_rows, detail::as_rows(kOp, "g", g));
   VLLM_ASSIGN_OR_RETURN(detail::Rows beta_rows, detail::as_rows(kOp, "beta", beta));
+  // Outputs share no memory with the inputs or each other (a thread writes g, then reads b).
+  const size_t act_size = a.element_size();
+  for (auto [name, rows] :
+       {std::pair<std::string_view, const detail::Rows*>{"g", &g_rows}, {"beta", &beta_rows}}) {
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "a", a_rows, act_size));
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "b", b_rows, act_size));
+  }
+  VLLM_RETURN_IF_ERROR(
+      detail::check_no_overlap(kOp, "g", g_rows, sizeof(float), "beta", beta_rows, sizeof(float)));
   if (tokens == 0 || heads == 0) return Status::ok();
   if (heads > INT_MAX) {
     return make_error(ErrorCode::kUnsupported, "{}: {} heads are too many", kOp, heads);
@@ -250,11 +309,15 @@ Status gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& weight, fl
   VLLM_ASSIGN_OR_RETURN(detail::Rows x_rows, detail::as_rows(kOp, "x", x));
   VLLM_ASSIGN_OR_RETURN(detail::Rows z_rows, detail::as_rows(kOp, "z", z));
   VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
+  const size_t size = x.element_size();
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out_rows, size, "x", x_rows, size,
+                                                /*allow_same=*/true));
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out_rows, size, "z", z_rows, size));
   const int64_t dim = weight.size(0), heads = x.size(1) / dim, groups = x.size(0) * heads;
   if (groups == 0) return Status::ok();
   constexpr int kWarpsPerBlock = kThreads / detail::kWarpSize;
   const int64_t blocks = detail::ceil_div(groups, kWarpsPerBlock);
-  if (blocks > INT_MAX || dim > INT_MAX) {
+  if (blocks > INT_MAX || dim > INT_MAX || heads > INT_MAX) {
     return make_error(ErrorCode::kUnsupported, "{}: {} rows of {} heads exceed the grid limit", kOp,
                       x.size(0), heads);
   }

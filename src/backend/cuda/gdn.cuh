@@ -10,7 +10,9 @@
 // The batch's values stay on the device and are not validated by the host. A request whose
 // slot is outside [0, num_slots) -- padding rows use -1 -- reads and writes no state and gets
 // zero outputs; row bounds outside [0, T] are clamped. No batch value makes a kernel access
-// memory out of bounds. Implementations: gdn_conv.cu, gdn_rule.cu, gdn.cu (the rest).
+// memory out of bounds. Outputs and states must not share memory with the inputs (refused),
+// except where an op says out may be x itself. Implementations: gdn_conv.cu, gdn_rule.cu,
+// gdn.cu (the rest).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -47,6 +49,7 @@ struct GatedDeltaRuleParams {
 // The gated delta rule, token by token per request (cpu::gated_delta_rule).
 // q, k [T, Hk * Dk]; v [T, Hv * Dv] (row strides allowed); g, beta F32 [T, Hv];
 // state F32 [num_slots, Hv, Dk, Dv] updated in place; out [T, Hv * Dv] in q's dtype.
+// Dk is 1 .. 256 (larger is refused: the state column lives in registers), Dv any size.
 Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, const GdnBatch& batch,
                         const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,

@@ -1,5 +1,7 @@
-// Internal to the Gated DeltaNet .cu files: the host-side check of a GdnBatch (gdn.cuh) and
-// the device-side reading of one request's rows and state slot.
+// Internal to the Gated DeltaNet .cu files: the host-side check of a GdnBatch (gdn.cuh), the
+// device-side reading of one request's rows and state slot, and the host-side test of
+// whether two row views share memory (outputs that overlap inputs are refused, except where
+// an op allows out to be the input itself).
 //
 // The batch lives in device memory, so the host checks only its tensors, never its values
 // (that would need a copy back each step). Kernels therefore treat the values defensively:
@@ -29,6 +31,17 @@ struct GdnBatchView {
 // max_query_len >= 0; T, R and num_slots within int32 (query_start_loc is I32).
 Expected<GdnBatchView> check_gdn_batch(std::string_view op, const GdnBatch& batch,
                                        const Tensor& like, int64_t num_tokens, int64_t num_slots);
+
+// Some byte of `a` (elements of a_size bytes) is also a byte of `b`. Exact for views with
+// one row stride (column slices of one tensor that interleave are disjoint); views of
+// different row strides whose address ranges intersect count as overlapping.
+bool rows_overlap(const Rows& a, size_t a_size, const Rows& b, size_t b_size);
+// The same elements in the same places: an op that allows out to alias an input needs this.
+bool same_rows(const Rows& a, const Rows& b);
+// An error naming `out_arg` when it overlaps `in_arg` (and, if allow_same, is not in itself).
+Status check_no_overlap(std::string_view op, std::string_view out_arg, const Rows& out,
+                        size_t out_size, std::string_view in_arg, const Rows& in, size_t in_size,
+                        bool allow_same = false);
 
 // Request r's rows [begin, end) and its slot (-1: none, the request is padding).
 struct RequestRows {

@@ -9,10 +9,11 @@
 //
 // Mapping. Each warp owns kColsPerWarp = 8 columns of one (request, head), split over
 // kRowGroups = 4 lanes per column: lane = row_group * 8 + column, and row group g holds rows
-// [g * Dk/4, (g + 1) * Dk/4) of its column in registers (32 floats at Dk = 128). The column
-// sums mem and out are per-lane partial sums over the lane's rows, completed by two xor
-// shuffles across the row groups (lanes 8 and 16 apart), after which the four lanes of a
-// column hold the same bits and so apply the same delta.
+// [g * C/4, (g + 1) * C/4) of its column in registers, where C is the kernel's key-dim
+// capacity (32 floats per lane at C = 128). The column sums mem and out are per-lane partial
+// sums over the lane's rows, completed by two xor shuffles across the row groups (lanes 8
+// and 16 apart), after which the four lanes of a column hold the same bits and so apply the
+// same delta.
 //   - The state is read once before the token loop and written once after it; the loop
 //     itself touches only q, k, v, g, beta and out.
 //   - Warps are independent (a block is just kWarpsPerBlock of them): no block barriers, so
@@ -20,20 +21,25 @@
 //     (Hv = 32, Dv = 128) at batch 1 is 512 warps, ~4 per SM of an H200.
 //   - k and q of the current token sit in the warp's shared memory, normalised once per
 //     token: lane l loads elements l, l + 32, ... (coalesced), one warp_sum each gives the
-//     norms, and the lane stores the normalised values. A lane then reads its 32 rows of k/q
-//     as float4s; the 8 lanes of one row group read the same address (a broadcast).
+//     norms, and the lane stores the normalised values. A lane then reads its C/4 rows of
+//     k/q as float4s; the 8 lanes of one row group read the same address (a broadcast).
 //   - Double buffering: while token t is computed from buffer t % 2, the loads of token t + 1
 //     (q, k, v, g, beta) are already in flight in registers; after the compute they are
 //     normalised into buffer (t + 1) % 2. One __syncwarp per token then orders those stores
 //     before the next token's reads, and every lane's reads of token t - 1's buffer (the one
 //     being overwritten) before them.
-// Dk is a template parameter (32, 64 or 128) so the state stays in registers; Dv is any size
-// (the columns past Dv are idle lanes that still take part in the shuffles).
+// Key dims. The capacity C is a template parameter (32, 64, 128 or 256) so the state stays in
+// registers; Dk is any size up to C, the kernel for the smallest C >= Dk runs it, and larger
+// Dk are refused. Rows Dk .. C - 1 are zeros in the registers and in the staged k and q, so
+// they add exact zeros to every sum and never change; only the state load and store and the
+// k/q loads are masked, the token loop's arithmetic is the same as at Dk = C (Qwen's 128).
+// Dv is any size (the columns past Dv are idle lanes that still take part in the shuffles).
 #include <cuda_bf16.h>
 
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
@@ -52,6 +58,15 @@ constexpr int kRowGroups = 4;                         // lanes per state column
 constexpr int kColsPerWarp = kWarpSize / kRowGroups;  // 8
 constexpr int kWarpsPerBlock = 4;
 constexpr unsigned kFullMask = 0xffffffffu;
+// The largest key-dim capacity: 64 state floats per lane, still without register spills.
+constexpr int kMaxKeyDim = 256;
+
+// The smallest Dk that dispatch_rule gives the kernel of capacity kCap (the capacities double
+// from 32): the kernel loads k/q elements below it unmasked.
+template <int kCap>
+constexpr int min_key_dim() {
+  return kCap == 32 ? 1 : kCap / 2 + 1;
+}
 
 template <typename T>
 struct RuleParams {
@@ -66,6 +81,7 @@ struct RuleParams {
   int64_t q_stride, k_stride, v_stride, g_stride, beta_stride, out_stride;
   int value_heads;
   int group;  // value heads per key head
+  int dk;     // 1 .. the kernel's capacity
   int dv;
   int col_tiles;  // ceil(dv / kColsPerWarp)
   float scale;
@@ -73,14 +89,16 @@ struct RuleParams {
   bool use_l2norm;
 };
 
-template <typename T, int kDk>
+// kCap: the key-dim capacity C (see the top of the file); p.dk <= kCap.
+template <typename T, int kCap>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     gated_delta_rule_kernel(RuleParams<T> p) {
-  constexpr int kRows = kDk / kRowGroups;    // state rows per lane
-  constexpr int kPerLane = kDk / kWarpSize;  // k / q elements each lane stages
+  constexpr int kRows = kCap / kRowGroups;    // state rows per lane
+  constexpr int kPerLane = kCap / kWarpSize;  // k / q elements each lane stages
   static_assert(kRows % 4 == 0 && kPerLane >= 1, "rows are read as float4");
-  // [warp][buffer][k, q][Dk]
-  __shared__ __align__(16) float stage[kWarpsPerBlock][2][2][kDk];
+  constexpr int kMinDk = min_key_dim<kCap>();
+  // [warp][buffer][k, q][C]; elements Dk .. C - 1 stay zero.
+  __shared__ __align__(16) float stage[kWarpsPerBlock][2][2][kCap];
 
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
@@ -108,16 +126,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     return;
   }
 
-  // This lane's rows of its column: state[slot, head, row_group * kRows + i, col].
+  // This lane's rows of its column: state[slot, head, first_row + i, col] for i < own_rows
+  // (fewer than kRows, or none, when Dk < C); the other registers hold zeros.
+  const int first_row = row_group * kRows;
+  const int own_rows = col_ok ? min(max(p.dk - first_row, 0), kRows) : 0;
   float* state =
       p.state +
-      ((static_cast<int64_t>(rows.slot) * p.value_heads + head) * kDk + row_group * kRows) * p.dv +
+      ((static_cast<int64_t>(rows.slot) * p.value_heads + head) * p.dk + min(first_row, p.dk)) *
+          p.dv +
       col;
   float s[kRows];
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) s[i] = col_ok ? state[static_cast<int64_t>(i) * p.dv] : 0.0f;
+  for (int i = 0; i < kRows; ++i) {
+    s[i] = i < own_rows ? state[static_cast<int64_t>(i) * p.dv] : 0.0f;
+  }
 
-  const int64_t qk_col = static_cast<int64_t>(key_head) * kDk;
+  const int64_t qk_col = static_cast<int64_t>(key_head) * p.dk;
+  // Which of this lane's staged elements e * 32 + lane exist: those below kMinDk always (known
+  // at compile time, so Dk = C has no masked loads in its first half), the rest when < Dk.
+  bool qk_ok[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    qk_ok[e] = (e + 1) * kWarpSize <= kMinDk || e * kWarpSize + lane < p.dk;
+  }
   const int64_t v_col = col_ok ? out_col : 0;
   float k_raw[kPerLane], q_raw[kPerLane];
   float v_next = 0.0f, g_next = 0.0f, beta_next = 0.0f;
@@ -126,8 +157,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     const T* qt = p.q + t * p.q_stride + qk_col;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
-      k_raw[e] = to_float(kt[e * kWarpSize + lane]);
-      q_raw[e] = to_float(qt[e * kWarpSize + lane]);
+      k_raw[e] = qk_ok[e] ? to_float(kt[e * kWarpSize + lane]) : 0.0f;
+      q_raw[e] = qk_ok[e] ? to_float(qt[e * kWarpSize + lane]) : 0.0f;
     }
     v_next = to_float(p.v[t * p.v_stride + v_col]);  // idle lanes read column 0: in bounds
     g_next = p.g[t * p.g_stride + head];
@@ -216,14 +247,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     beta_cur = beta_next;
   }
 
-  if (col_ok) {
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) state[static_cast<int64_t>(i) * p.dv] = s[i];
+  for (int i = 0; i < kRows; ++i) {
+    if (i < own_rows) state[static_cast<int64_t>(i) * p.dv] = s[i];
   }
 }
 
-template <typename T, int kDk>
+template <typename T, int kCap>
 Status launch_rule(const RuleParams<T>& p, cudaStream_t stream) {
+  VLLM_CHECK(p.dk >= min_key_dim<kCap>() && p.dk <= kCap);
   const int64_t items = static_cast<int64_t>(p.batch.num_requests) * p.value_heads * p.col_tiles;
   const int64_t blocks = detail::ceil_div(items, kWarpsPerBlock);
   if (blocks > INT_MAX) {
@@ -231,21 +263,19 @@ Status launch_rule(const RuleParams<T>& p, cudaStream_t stream) {
                       "cuda::gated_delta_rule: {} requests x {} heads exceed the grid limit",
                       p.batch.num_requests, p.value_heads);
   }
-  gated_delta_rule_kernel<T, kDk>
+  gated_delta_rule_kernel<T, kCap>
       <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarpSize, 0, stream>>>(p);
   return check_launch("gated_delta_rule_kernel");
 }
 
+// The kernel of the smallest capacity that holds p.dk (1 .. kMaxKeyDim, checked).
 template <typename T>
-Status dispatch_rule(const RuleParams<T>& p, int64_t dk, cudaStream_t stream) {
-  switch (dk) {
-    case 32:
-      return launch_rule<T, 32>(p, stream);
-    case 64:
-      return launch_rule<T, 64>(p, stream);
-    default:
-      return launch_rule<T, 128>(p, stream);
-  }
+Status dispatch_rule(const RuleParams<T>& p, cudaStream_t stream) {
+  if (p.dk <= 32) return launch_rule<T, 32>(p, stream);
+  if (p.dk <= 64) return launch_rule<T, 64>(p, stream);
+  if (p.dk <= 128) return launch_rule<T, 128>(p, stream);
+  static_assert(kMaxKeyDim == 256);
+  return launch_rule<T, 256>(p, stream);
 }
 
 }  // namespace
@@ -277,10 +307,10 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
                       "{}: {} value heads (state) are not a multiple of {} key heads (q)", kOp, hv,
                       hk);
   }
-  if (dk != 32 && dk != 64 && dk != 128) {
+  if (dk > kMaxKeyDim) {
     return make_error(ErrorCode::kUnsupported,
-                      "{}: key head dim {} is not one this kernel is built for (32, 64, 128)", kOp,
-                      dk);
+                      "{}: key head dim {} exceeds the {} this kernel holds in registers", kOp, dk,
+                      kMaxKeyDim);
   }
   struct Expect {
     std::string_view name;
@@ -312,6 +342,19 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   VLLM_ASSIGN_OR_RETURN(detail::Rows g_rows, detail::as_rows(kOp, "g", g));
   VLLM_ASSIGN_OR_RETURN(detail::Rows beta_rows, detail::as_rows(kOp, "beta", beta));
   VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows state_rows, detail::as_rows(kOp, "state", state));
+  // Other warps still read q, k, v, g and beta (and the state) while one writes out.
+  const std::pair<std::string_view, const detail::Rows*> inputs[] = {
+      {"q", &q_rows}, {"k", &k_rows}, {"v", &v_rows}, {"g", &g_rows}, {"beta", &beta_rows}};
+  for (const auto& [name, rows] : inputs) {
+    const size_t size = name == "g" || name == "beta" ? sizeof(float) : q.element_size();
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, "out", out_rows, out.element_size(), name, *rows, size));
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, "state", state_rows, sizeof(float), name, *rows, size));
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "state", state_rows, sizeof(float), "out",
+                                                out_rows, out.element_size()));
   VLLM_ASSIGN_OR_RETURN(detail::GdnBatchView view,
                         detail::check_gdn_batch(kOp, batch, q, tokens, num_slots));
   if (hv > INT_MAX / 2 || dv > INT_MAX / 2) {
@@ -344,12 +387,13 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
     p.out_stride = out_rows.row_stride;
     p.value_heads = static_cast<int>(hv);
     p.group = static_cast<int>(hv / hk);
+    p.dk = static_cast<int>(dk);
     p.dv = static_cast<int>(dv);
     p.col_tiles = static_cast<int>(detail::ceil_div(dv, kColsPerWarp));
     p.scale = scale;
     p.l2norm_eps = params.l2norm_eps;
     p.use_l2norm = params.use_qk_l2norm;
-    return dispatch_rule<T>(p, dk, stream);
+    return dispatch_rule<T>(p, stream);
   };
   if (q.dtype() == DType::kF32) return run(float{});
   return run(__nv_bfloat16{});

@@ -1,5 +1,10 @@
-// linear() through cuBLASLt (gemm.cuh), and the BlasContext that owns the handle, the
-// workspace and the cache of matmul plans.
+// linear() and gemv() (gemm.cuh): the op entries' checks, the dispatch by M, cuBLASLt for
+// the larger batches, and the BlasContext that owns the handle, the workspace and the cache of
+// matmul plans.
+//
+// Dispatch. M <= blas.gemv_max_rows() (kGemvCrossoverRows unless a test or timing sets it)
+// runs the batched GEMV of gemv.cu, which reads each weight row once for all rows of x; larger
+// M goes to cuBLASLt. Both take the same operands (strided x and out, bias, F32 logits).
 //
 // Layout. cuBLASLt is column-major. Row-major out[M, N] = x[M, K] @ W[N, K]^T is, read
 // column-major, D[N, M] = op(A)[N, K] * B[K, M] with A = W stored K x N (lda = K, op = T),
@@ -37,6 +42,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -235,6 +241,7 @@ struct BlasContext::Impl {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   PlanCache plans;
+  int64_t gemv_max_rows = kGemvCrossoverRows;
 
   ~Impl() {
     plans.clear();
@@ -338,94 +345,131 @@ size_t BlasContext::cached_plans() const {
   return impl_->plans.size();
 }
 
-// ---- Op entry ------------------------------------------------------------------------------
+// ---- Op entries ----------------------------------------------------------------------------
+
+namespace detail {
+
+Expected<GemvProblem> gemv_problem(std::string_view op, const Tensor& x, const Tensor& weight,
+                                   const Tensor& bias, Tensor& out) {
+  VLLM_RETURN_IF_ERROR(check_cuda_tensor(op, "x", x, {DType::kF32, DType::kBF16}));
+  if (x.ndim() != 2) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, expected [M, K]", op,
+                      x.to_string());
+  }
+  VLLM_RETURN_IF_ERROR(check_same_device(op, "weight", weight, x));
+  VLLM_RETURN_IF_ERROR(check_same_dtype(op, "weight", weight, x));
+  VLLM_RETURN_IF_ERROR(check_contiguous(op, "weight", weight));
+  const int64_t M = x.size(0), K = x.size(1);
+  if (weight.ndim() != 2 || weight.size(1) != K) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: weight is {}, expected [out_features, {}] (in_features = x's last dim)",
+                      op, weight.to_string(), K);
+  }
+  const int64_t N = weight.size(0);
+  if (bias.defined()) {
+    VLLM_RETURN_IF_ERROR(check_same_device(op, "bias", bias, x));
+    if (bias.dtype() != x.dtype() && bias.dtype() != DType::kF32) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: bias is {}, expected {} or F32", op,
+                        bias.to_string(), dtype_name(x.dtype()));
+    }
+    if (bias.ndim() != 1 || bias.size(0) != N || !bias.is_contiguous()) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: bias is {}, expected a contiguous [{}]",
+                        op, bias.to_string(), N);
+    }
+  }
+  VLLM_RETURN_IF_ERROR(check_same_device(op, "out", out, x));
+  if (out.dtype() != x.dtype() && !(x.dtype() == DType::kBF16 && out.dtype() == DType::kF32)) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: out is {}, expected {}{}", op,
+                      out.to_string(), dtype_name(x.dtype()),
+                      x.dtype() == DType::kBF16 ? " or F32" : "");
+  }
+  if (out.ndim() != 2 || out.size(0) != M || out.size(1) != N) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: out is {}, expected [{}, {}]", op,
+                      out.to_string(), M, N);
+  }
+  VLLM_ASSIGN_OR_RETURN(Rows x_rows, as_rows(op, "x", x));
+  VLLM_ASSIGN_OR_RETURN(Rows out_rows, as_rows(op, "out", out));
+  if (M > kIntMax || N > kIntMax || K > kIntMax) {
+    return make_error(ErrorCode::kUnsupported, "{}: [{}, {}] x [{}, {}]^T is too large", op, M, K,
+                      N, K);
+  }
+  GemvProblem p;
+  p.dtype = x.dtype();
+  p.out_dtype = out.dtype();
+  p.x = x_rows.data;
+  p.ldx = x_rows.row_stride;
+  p.weight = weight.data_ptr();
+  p.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  p.bias_dtype = bias.defined() ? bias.dtype() : DType::kF32;
+  p.out = out_rows.data;
+  p.ldo = out_rows.row_stride;
+  p.m = M;
+  p.n = N;
+  p.k = K;
+  p.device = x.device().index;
+  return p;
+}
+
+}  // namespace detail
+
+Status BlasContext::set_gemv_max_rows(int64_t rows) {
+  if (rows < 0 || rows > kGemvMaxRows) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "set_gemv_max_rows({}): the batched GEMV takes 0 to {} rows", rows,
+                      kGemvMaxRows);
+  }
+  impl_->gemv_max_rows = rows;
+  return Status::ok();
+}
+
+int64_t BlasContext::gemv_max_rows() const {
+  return impl_->gemv_max_rows;
+}
 
 Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Tensor& bias,
               Tensor& out, cudaStream_t stream) {
   constexpr std::string_view kOp = "cuda::linear";
   BlasContext::Impl& impl = *blas.impl();
-  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "x", x, {DType::kF32, DType::kBF16}));
+  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, weight, bias, out));
   if (x.device() != impl.device) {
     return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, but the BlasContext is on {}", kOp,
                       x.to_string(), impl.device.to_string());
   }
-  if (x.ndim() != 2) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, expected [M, K]", kOp,
-                      x.to_string());
-  }
-  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "weight", weight, x));
-  VLLM_RETURN_IF_ERROR(detail::check_same_dtype(kOp, "weight", weight, x));
-  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "weight", weight));
-  const int64_t M = x.size(0), K = x.size(1);
-  if (weight.ndim() != 2 || weight.size(1) != K) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "{}: weight is {}, expected [out_features, {}] (in_features = x's last dim)",
-                      kOp, weight.to_string(), K);
-  }
-  const int64_t N = weight.size(0);
-  if (bias.defined()) {
-    VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "bias", bias, x));
-    if (bias.dtype() != x.dtype() && bias.dtype() != DType::kF32) {
-      return make_error(ErrorCode::kInvalidArgument, "{}: bias is {}, expected {} or F32", kOp,
-                        bias.to_string(), dtype_name(x.dtype()));
-    }
-    if (bias.ndim() != 1 || bias.size(0) != N || !bias.is_contiguous()) {
-      return make_error(ErrorCode::kInvalidArgument, "{}: bias is {}, expected a contiguous [{}]",
-                        kOp, bias.to_string(), N);
-    }
-  }
-  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "out", out, x));
-  if (out.dtype() != x.dtype() && !(x.dtype() == DType::kBF16 && out.dtype() == DType::kF32)) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: out is {}, expected {}{}", kOp,
-                      out.to_string(), dtype_name(x.dtype()),
-                      x.dtype() == DType::kBF16 ? " or F32" : "");
-  }
-  if (out.ndim() != 2 || out.size(0) != M || out.size(1) != N) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: out is {}, expected [{}, {}]", kOp,
-                      out.to_string(), M, N);
-  }
-  VLLM_ASSIGN_OR_RETURN(Rows x_rows, detail::as_rows(kOp, "x", x));
-  VLLM_ASSIGN_OR_RETURN(Rows out_rows, detail::as_rows(kOp, "out", out));
-  if (M > kIntMax || N > kIntMax || K > kIntMax) {
-    return make_error(ErrorCode::kUnsupported, "{}: [{}, {}] x [{}, {}]^T is too large", kOp, M, K,
-                      N, K);
-  }
+  const int64_t M = p.m, N = p.n, K = p.k;
   if (M == 0 || N == 0) return Status::ok();
 
   DeviceGuard guard(impl.device);
   VLLM_RETURN_IF_ERROR(guard.status());
-  const void* bias_ptr = bias.defined() ? bias.data_ptr() : nullptr;
-  const DType bias_dtype = bias.defined() ? bias.dtype() : DType::kF32;
   if (K == 0) {  // the empty sum: out = bias (or zeros)
-    return add_bias(out_rows.data, out.dtype(), out_rows.row_stride, bias_ptr, bias_dtype, M, N,
-                    /*accumulate=*/false, stream);
+    return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, M, N, /*accumulate=*/false,
+                    stream);
   }
+  if (M <= impl.gemv_max_rows) return detail::launch_gemv(p, stream);
 
   PlanKey key;
   key.m = M;
   key.n = N;
   key.k = K;
-  key.ldx = x_rows.row_stride;
-  key.ldo = out_rows.row_stride;
-  key.x_dtype = x.dtype();
-  key.out_dtype = out.dtype();
-  key.bias_dtype = bias.defined() ? static_cast<int>(bias.dtype()) : -1;
-  key.align_x = alignment(x_rows.data);
-  key.align_w = alignment(weight.data_ptr());
-  key.align_out = alignment(out_rows.data);
-  key.align_bias = bias.defined() ? alignment(bias_ptr) : 0;
+  key.ldx = p.ldx;
+  key.ldo = p.ldo;
+  key.x_dtype = p.dtype;
+  key.out_dtype = p.out_dtype;
+  key.bias_dtype = p.bias != nullptr ? static_cast<int>(p.bias_dtype) : -1;
+  key.align_x = alignment(p.x);
+  key.align_w = alignment(p.weight);
+  key.align_out = alignment(p.out);
+  key.align_bias = p.bias != nullptr ? alignment(p.bias) : 0;
 
   const float alpha = 1.0f, beta = 0.0f;
   for (int attempt = 0;; ++attempt) {
     VLLM_ASSIGN_OR_RETURN(Plan * plan,
-                          impl.plan_for(key, bias_ptr, /*allow_bias_epilogue=*/attempt == 0));
+                          impl.plan_for(key, p.bias, /*allow_bias_epilogue=*/attempt == 0));
     if (plan->bias_epilogue) {
-      VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr));
+      VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias));
     }
-    const cublasStatus_t status =
-        cublasLtMatmul(impl.handle, plan->desc, &alpha, weight.data_ptr(), plan->a, x_rows.data,
-                       plan->b, &beta, out_rows.data, plan->d, out_rows.data, plan->d, &plan->algo,
-                       impl.workspace, impl.workspace_bytes, stream);
+    const cublasStatus_t status = cublasLtMatmul(
+        impl.handle, plan->desc, &alpha, p.weight, plan->a, p.x, plan->b, &beta, p.out, plan->d,
+        p.out, plan->d, &plan->algo, impl.workspace, impl.workspace_bytes, stream);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED && plan->bias_epilogue && attempt == 0) {
       impl.plans.erase(key);  // the epilogue was offered but not run: plan without it
       continue;
@@ -433,12 +477,32 @@ Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Te
     VLLM_RETURN_IF_ERROR(
         blas_status(status, "cublasLtMatmul")
             .with_context(fmt::format("{}: [{}, {}] x [{}, {}]^T", kOp, M, K, N, K)));
-    if (bias_ptr != nullptr && !plan->bias_epilogue) {
-      return add_bias(out_rows.data, out.dtype(), out_rows.row_stride, bias_ptr, bias_dtype, M, N,
-                      /*accumulate=*/true, stream);
+    if (p.bias != nullptr && !plan->bias_epilogue) {
+      return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, M, N, /*accumulate=*/true,
+                      stream);
     }
     return Status::ok();
   }
+}
+
+Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
+            cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::gemv";
+  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, weight, bias, out));
+  if (p.m > kGemvMaxRows) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: x has {} rows; the batched GEMV holds at most {} (cuda::linear takes "
+                      "larger batches to cuBLASLt)",
+                      kOp, p.m, kGemvMaxRows);
+  }
+  if (p.m == 0 || p.n == 0) return Status::ok();
+  DeviceGuard guard(x.device());
+  VLLM_RETURN_IF_ERROR(guard.status());
+  if (p.k == 0) {
+    return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, p.m, p.n,
+                    /*accumulate=*/false, stream);
+  }
+  return detail::launch_gemv(p, stream);
 }
 
 }  // namespace vllm::cuda

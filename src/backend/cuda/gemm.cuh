@@ -1,5 +1,6 @@
 // Linear layers on the GPU: out = x @ weight^T (+ bias), the layout of torch.nn.Linear and of
-// vllm::cpu::linear, through cuBLASLt.
+// vllm::cpu::linear: a batched GEMV of our own for small batches (decode; gemv.cu), cuBLASLt
+// above.
 //
 // A BlasContext owns the cuBLASLt handle and its workspace for one device and one stream at
 // a time (the execution context holds one per stream); it is created once at start, never
@@ -8,12 +9,23 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "base/status.h"
 #include "tensor/tensor.h"
 
 namespace vllm::cuda {
+
+// The batched GEMV's capacity: its kernels keep one set of sums per row of x, fixed at compile
+// time, so gemv() refuses more rows.
+inline constexpr int64_t kGemvMaxRows = 16;
+// linear() takes the GEMV for M up to this many rows and cuBLASLt above. Measured on an H200
+// (GemvCudaBench, BENCHMARKS.md): over a whole decode step cuBLASLt reads the weights faster
+// (Qwen3.5-27B 88.7% of 4.3 TB/s against the GEMV's 78.4%; 4B 69.7% against 68.4%), the GEMV
+// winning only on the N = 2560 matrices (1.1x). So linear() uses cuBLASLt at every M until the
+// GEMV is faster; set_gemv_max_rows() turns it on for measurements.
+inline constexpr int64_t kGemvCrossoverRows = 0;
 
 class BlasContext {
  public:
@@ -27,6 +39,11 @@ class BlasContext {
   // Matmul plans (descriptors + the heuristic's algorithm) cached so far; see gemm.cu.
   size_t cached_plans() const;
 
+  // The M up to which linear() uses the batched GEMV (kGemvCrossoverRows unless set; 0 sends
+  // every product to cuBLASLt). More than kGemvMaxRows: kInvalidArgument.
+  Status set_gemv_max_rows(int64_t rows);
+  int64_t gemv_max_rows() const;
+
   struct Impl;
   Impl* impl() const { return impl_.get(); }
 
@@ -39,9 +56,17 @@ class BlasContext {
 // bias [N] (x's dtype or F32) or undefined; out [M, N] (row stride allowed) in x's dtype, or
 // F32 when x is BF16 (the lm_head's logits). f32 accumulation; F32 inputs use full-precision
 // f32 math (no TF32), so the F32 path matches the CPU op closely. M = 0 is a no-op; K = 0
-// writes the bias (or zeros), as cpu::linear does. The first call with a new shape, dtype or
-// pointer alignment queries cuBLASLt's heuristic (host time); later ones reuse its plan.
+// writes the bias (or zeros), as cpu::linear does. M <= blas.gemv_max_rows() runs gemv()
+// below; otherwise the first call with a new shape, dtype or pointer alignment queries
+// cuBLASLt's heuristic (host time) and later ones reuse its plan.
 Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Tensor& bias,
               Tensor& out, cudaStream_t stream);
+
+// The batched GEMV alone, with linear()'s operands and results, for 1 <= M <= kGemvMaxRows
+// (M = 0 is a no-op; larger M: kInvalidArgument). Each weight row is read once for all rows
+// of x; a row's result does not depend on M. Needs no BlasContext: it launches on the device
+// of its operands.
+Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
+            cudaStream_t stream);
 
 }  // namespace vllm::cuda

@@ -1,0 +1,425 @@
+// The batched GEMV behind cuda::linear for small batches (gemv.cuh): out[M, N] = x[M, K] @
+// weight[N, K]^T (+ bias) for M <= kGemvMaxRows, each weight row read from memory once for
+// all M rows. A decode step is bound by the bytes of its weights, so the job is to stream
+// them at the HBM roofline: enough 16-byte loads in flight on every SM, and little else.
+//
+// BF16, on tensor cores. A block owns 16 or 32 consecutive output features (one or two
+// "row tiles" of 16 weight rows) and its W warps split K: k is cut into 32-wide steps, warp w
+// takes steps [w S, w S + S), then [(w + W) S, ...), and so on, with S = 4 / row tiles, so
+// each lane issues 8 16-byte weight loads (4 KB per warp) before it multiplies; 2-3 blocks
+// of 8 warps per SM keep 64-96 KB in flight there. The product is mma.sync m16n8k16 (mma.cuh)
+// with a weight tile as A (16 rows) and x^T as B (8 rows of x per n8 tile; one tile for
+// M <= 8, two for M <= 16): at M = 16 a CUDA-core GEMV needs as many FMAs per weight byte as
+// an SM can issue, the tensor cores two instructions per 16 x 32 x 8 products. With one row
+// tile each fragment keeps two sums (the two halves of a step), so no chain of dependent mma
+// is longer than 4 and a warp soon reaches its next loads.
+//   Fragments. The sum over k does not care about the order of k, so A and B are loaded in
+// 16-byte chunks and k is permuted identically for both inside each step: lane (g = lane / 4,
+// t = lane % 4) loads k [8t, 8t + 8) of weight rows g and g + 8 and of x row g; words 0-1 of
+// each chunk are the first m16n8k16's k {2t, 2t + 1} and {2t + 8, 2t + 9} (mma.cuh's tables),
+// words 2-3 the second's. Rows of x at or past M are never loaded (zero B columns, outputs
+// dropped); weight rows past N re-read row N - 1 (outputs dropped).
+//   Ending. Each warp writes its accumulator fragments to shared memory; the block sums
+// them over its warps in warp order, adds the bias in f32 and rounds once. Which warp sums
+// which k, and in which order, depends on K, the launch shape and the row tiles, never on M.
+//   K not a multiple of 8, or x / weight rows off 16-byte boundaries: the same kernel loads
+// each chunk one element at a time (zeros past K), one step per iteration.
+// Weights are loaded with L1::no_allocate: they are used once, and x (read by every block)
+// keeps L1 to itself.
+//
+// F32, on CUDA cores in full f32 precision (no TF32): a warp owns 2 output features over all
+// of K, lanes take 16-byte chunks (or single elements) in turn, 2 per feature in flight, one
+// f32 sum per (feature, row of x), and a warp sum at the end.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/mma.cuh"
+#include "backend/cuda/runtime.h"
+
+namespace vllm::cuda::detail {
+namespace {
+
+constexpr int kMaxRows = static_cast<int>(kGemvMaxRows);
+constexpr int kMaxWarps = 8;
+constexpr int kStepK = 32;     // k per step: 4 lanes x 8 elements
+constexpr int kTileRows = 16;  // weight rows of one m16n8k16 A tile
+constexpr int kStepLoads = 4;  // steps x row tiles per iteration: 8 weight loads per lane
+constexpr int kF32Warps = 8;
+constexpr int kF32Rows = 2;    // output features per warp
+constexpr int kF32Unroll = 2;  // chunks of each feature in flight per lane
+
+#if defined(VLLM_CUDA_EMULATION)
+// The emulated blocks' shared memory (tests/cuda_emulation): the largest reduction buffer.
+alignas(16) unsigned char gemv_smem[kMaxWarps * 2 * 2 * 4 * kWarpSize * sizeof(float)];
+#endif
+
+struct GemvParams {
+  const void* x;
+  int64_t ldx;
+  const void* weight;
+  ParamVec bias;
+  void* out;
+  int64_t ldo;
+  bool out_f32;
+  int m, n, k;
+};
+
+// 16 bytes of weights, read once: not kept in L1.
+__device__ __forceinline__ uint4 load_weight16(const void* p) {
+  uint4 v;
+#if defined(__CUDA_ARCH__)
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+#else
+  memcpy(&v, p, sizeof v);
+#endif
+  return v;
+}
+
+// 16 bytes of x, which every block reads: through L1.
+__device__ __forceinline__ uint4 load_input16(const void* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(static_cast<const uint4*>(p));
+#else
+  uint4 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+
+// Elements [k0, k0 + 8) of a BF16 row as four words, zeros from k on. kVec: the 8 elements
+// are one aligned 16-byte chunk (k is a multiple of 8, so the chunk is all in or all out).
+// Unsigned offsets: k0 runs a few steps past k, and k may be close to 2^31.
+template <bool kVec, bool kWeight>
+__device__ __forceinline__ uint4 load_chunk8(const uint16_t* row, uint32_t k0, uint32_t k) {
+  if constexpr (kVec) {
+    if (k0 >= k) return make_uint4(0, 0, 0, 0);
+    return kWeight ? load_weight16(row + k0) : load_input16(row + k0);
+  } else {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t lo = k0 + 2 * i < k ? row[k0 + 2 * i] : 0u;
+      const uint32_t hi = k0 + 2 * i + 1 < k ? row[k0 + 2 * i + 1] : 0u;
+      w[i] = lo | (hi << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+__device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t n, float v) {
+  const int64_t at = static_cast<int64_t>(m) * p.ldo + n;
+  if (p.out_f32) {
+    static_cast<float*>(p.out)[at] = v;
+  } else {
+    static_cast<__nv_bfloat16*>(p.out)[at] = from_float<__nv_bfloat16>(v);
+  }
+}
+
+// Blocks of 8 warps resident per SM that the register budget must allow: 3 (<= 80 registers)
+// where ptxas then needs no spills, else 2 (<= 128). Unbounded, ptxas picks anywhere from 40
+// registers with spills to 110.
+template <int kNTiles, int kRowTiles, bool kVec>
+constexpr int kMinBlocks = !kVec || kNTiles * kRowTiles < 4 ? 3 : 2;
+
+// kNTiles: n8 tiles of x rows (M <= 8 * kNTiles); kRowTiles: 16-row weight tiles per block.
+template <int kNTiles, int kRowTiles, bool kVec>
+__global__ void __launch_bounds__(kMaxWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTiles, kVec>))
+    gemv_bf16_kernel(GemvParams p) {
+  // The element-wise path issues 16 loads per chunk anyway: one step per iteration.
+  constexpr int kSteps = kVec ? kStepLoads / kRowTiles : 1;
+  constexpr int kAcc = kRowTiles * kNTiles * 4;  // accumulators per lane
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows * kRowTiles;
+
+  const uint16_t* weight = static_cast<const uint16_t*>(p.weight);
+  const uint16_t* wrow[kRowTiles][2];
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int64_t row = row0 + kTileRows * r + 8 * h + g;
+      if (row >= p.n) row = p.n - 1;
+      wrow[r][h] = weight + row * p.k;
+    }
+  }
+  const uint16_t* xrow[kNTiles];
+  bool has_x[kNTiles];
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+    const int m = 8 * j + g;
+    has_x[j] = m < p.m;
+    xrow[j] = static_cast<const uint16_t*>(p.x) + (has_x[j] ? m : 0) * p.ldx;
+  }
+
+  // With one row tile, two sums per fragment (the two k halves of each step): every chain of
+  // dependent mma is then 4 long, so a warp reaches its next loads sooner.
+  constexpr int kSums = kRowTiles == 1 ? 2 : 1;
+  float acc[kRowTiles][kNTiles][kSums][4];
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4 * kSums; ++i) acc[r][j][i / 4][i % 4] = 0.0f;
+    }
+  }
+
+  const int steps = static_cast<int>(ceil_div(p.k, kStepK));
+  for (int s0 = warp * kSteps; s0 < steps; s0 += warps * kSteps) {  // warp-uniform
+    uint4 a[kSteps][kRowTiles][2];
+    uint4 b[kSteps][kNTiles];
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepK + 8 * t;
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) a[u][r][h] = load_chunk8<kVec, true>(wrow[r][h], k0, p.k);
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        b[u][j] = has_x[j] ? load_chunk8<kVec, false>(xrow[j], k0, p.k) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRowTiles; ++r) {
+        const uint4& lo = a[u][r][0];  // row g
+        const uint4& hi = a[u][r][1];  // row g + 8
+        const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y};
+        const uint32_t a1[4] = {lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          const uint32_t b0[2] = {b[u][j].x, b[u][j].y};
+          const uint32_t b1[2] = {b[u][j].z, b[u][j].w};
+          mma_m16n8k16_bf16(acc[r][j][0], a0, b0);
+          mma_m16n8k16_bf16(acc[r][j][kSums - 1], a1, b1);
+        }
+      }
+    }
+  }
+
+  // partial[warp][e], e = ((r * kNTiles + j) * 4 + i) * 32 + lane.
+  extern __shared__ __align__(16) unsigned char gemv_smem[];
+  float* partial = reinterpret_cast<float*>(gemv_smem);
+#pragma unroll
+  for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float sum = acc[r][j][0][i];
+        if constexpr (kSums == 2) sum += acc[r][j][1][i];
+        partial[(warp * kAcc + (r * kNTiles + j) * 4 + i) * kWarpSize + lane] = sum;
+      }
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kAcc * kWarpSize; e += blockDim.x) {
+    const int l = e % kWarpSize, i = (e / kWarpSize) % 4, tile = e / (4 * kWarpSize);
+    const int r = tile / kNTiles, j = tile % kNTiles;
+    // C fragment (mma.cuh): c[i] is row g + 8 (i / 2), column 2t + i % 2 of the 16 x 8 tile.
+    const int64_t n = row0 + kTileRows * r + l / 4 + 8 * (i / 2);
+    const int m = 8 * j + 2 * (l % 4) + i % 2;
+    if (n >= p.n || m >= p.m) continue;
+    float sum = 0.0f;
+    for (int v = 0; v < warps; ++v) sum += partial[v * kAcc * kWarpSize + e];
+    store_out(p, m, n, sum + load_param(p.bias, n));
+  }
+}
+
+// kN: elements per load, 4 (16 bytes) or 1.
+template <int kN>
+__global__ void __launch_bounds__(kF32Warps* kWarpSize) gemv_f32_kernel(GemvParams p) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * kF32Warps + threadIdx.x / kWarpSize) * kF32Rows;
+  if (row0 >= p.n) return;  // whole warps leave; the kernel has no block barrier
+  const float* weight = static_cast<const float*>(p.weight);
+  const float* x = static_cast<const float*>(p.x);
+  const float* wrow[kF32Rows];
+#pragma unroll
+  for (int r = 0; r < kF32Rows; ++r) {
+    const int64_t row = row0 + r < p.n ? row0 + r : p.n - 1;
+    wrow[r] = weight + row * p.k;
+  }
+  float acc[kF32Rows][kMaxRows];
+#pragma unroll
+  for (int r = 0; r < kF32Rows; ++r) {
+#pragma unroll
+    for (int j = 0; j < kMaxRows; ++j) acc[r][j] = 0.0f;
+  }
+  auto load = [](const float* at, bool weight_row, float(&v)[kN]) {
+    if constexpr (kN == 4) {
+      const uint4 w = weight_row ? load_weight16(at) : load_input16(at);
+      memcpy(v, &w, sizeof w);
+    } else {
+      v[0] = *at;
+    }
+  };
+  const int64_t chunks = p.k / kN;  // kN == 4 only when k % 4 == 0
+  for (int64_t c0 = lane; c0 < chunks; c0 += kWarpSize * kF32Unroll) {
+    float w[kF32Unroll][kF32Rows][kN];
+#pragma unroll
+    for (int u = 0; u < kF32Unroll; ++u) {
+      const int64_t c = c0 + u * kWarpSize;
+#pragma unroll
+      for (int r = 0; r < kF32Rows; ++r) {
+        if (c < chunks) {
+          load(wrow[r] + c * kN, true, w[u][r]);
+        } else {
+#pragma unroll
+          for (int q = 0; q < kN; ++q) w[u][r][q] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxRows; ++j) {
+#pragma unroll
+      for (int u = 0; u < kF32Unroll; ++u) {
+        const int64_t c = c0 + u * kWarpSize;
+        if (j >= p.m || c >= chunks) continue;
+        float xv[kN];
+        load(x + j * p.ldx + c * kN, false, xv);
+#pragma unroll
+        for (int r = 0; r < kF32Rows; ++r) {
+#pragma unroll
+          for (int q = 0; q < kN; ++q) acc[r][j] = fmaf(w[u][r][q], xv[q], acc[r][j]);
+        }
+      }
+    }
+  }
+  float bias[kF32Rows];
+#pragma unroll
+  for (int r = 0; r < kF32Rows; ++r) bias[r] = load_param(p.bias, row0 + r < p.n ? row0 + r : 0);
+    // Rows of x past m sum zeros: cheaper than branching around the shuffles.
+#pragma unroll
+  for (int j = 0; j < kMaxRows; ++j) {
+#pragma unroll
+    for (int r = 0; r < kF32Rows; ++r) acc[r][j] = warp_sum(acc[r][j]);
+  }
+  float* out = static_cast<float*>(p.out);  // F32 inputs give F32 outputs
+#pragma unroll
+  for (int j = 0; j < kMaxRows; ++j) {
+#pragma unroll
+    for (int r = 0; r < kF32Rows; ++r) {
+      if (j < p.m && lane == (j * kF32Rows + r) % kWarpSize && row0 + r < p.n) {
+        out[j * p.ldo + row0 + r] = acc[r][j] + bias[r];
+      }
+    }
+  }
+}
+
+// ---- Launchers -----------------------------------------------------------------------------
+
+template <typename Kernel>
+Status run(Kernel kernel, const char* name, int64_t blocks, int threads, size_t smem_bytes,
+           const GemvParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(blocks));
+#if defined(VLLM_CUDA_EMULATION)
+  (void)name;
+  (void)stream;
+  emu::launch(grid, static_cast<unsigned>(threads), gemv_smem, smem_bytes, [&] { kernel(p); });
+  return Status::ok();
+#else
+  // clang-format off
+  kernel<<<grid, threads, smem_bytes, stream>>>(p);
+  // clang-format on
+  return check_launch(name);
+#endif
+}
+
+template <int kNTiles, int kRowTiles, bool kVec>
+Status launch_bf16(const GemvParams& p, int warps, cudaStream_t stream) {
+  constexpr int kRows = kTileRows * kRowTiles;
+  const size_t smem =
+      static_cast<size_t>(warps) * kRowTiles * kNTiles * 4 * kWarpSize * sizeof(float);
+  return run(gemv_bf16_kernel<kNTiles, kRowTiles, kVec>, "gemv_bf16_kernel", ceil_div(p.n, kRows),
+             warps * kWarpSize, smem, p, stream);
+}
+
+template <int kNTiles>
+Status launch_bf16_rows(const GemvParams& p, bool vec, const GemvLaunch& launch,
+                        cudaStream_t stream) {
+  if (!vec) return launch_bf16<kNTiles, 1, false>(p, launch.warps, stream);
+  if (launch.rows_per_block == 2 * kTileRows) {
+    return launch_bf16<kNTiles, 2, true>(p, launch.warps, stream);
+  }
+  return launch_bf16<kNTiles, 1, true>(p, launch.warps, stream);
+}
+
+}  // namespace
+
+GemvLaunch choose_gemv_launch(int64_t n, int sm_count) {
+  // Every block reads all of x (from L2 or L1), so 32-row blocks halve that traffic (at M = 16
+  // it equals the weights' own with 16-row blocks); take them when that still leaves two
+  // blocks per SM. 8 warps x 4 KB in flight per block: with 2-3 blocks per SM that is
+  // 64-96 KB per SM, several times what 4.3 TB/s at ~1 us of latency needs.
+  GemvLaunch launch;
+  launch.rows_per_block =
+      ceil_div(n, 2 * kTileRows) >= 2 * int64_t{sm_count} ? 2 * kTileRows : kTileRows;
+  launch.warps = 8;
+  return launch;
+}
+
+Status launch_gemv(const GemvProblem& problem, cudaStream_t stream) {
+  return launch_gemv(problem, choose_gemv_launch(problem.n, multiprocessor_count(problem.device)),
+                     stream);
+}
+
+Status launch_gemv(const GemvProblem& pr, const GemvLaunch& launch, cudaStream_t stream) {
+  if (pr.m < 1 || pr.m > kGemvMaxRows) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "gemv: {} rows of x; the batched GEMV holds 1 to {} (larger batches go "
+                      "through cuBLASLt)",
+                      pr.m, kGemvMaxRows);
+  }
+  if (pr.n < 1 || pr.k < 1 || pr.n > 0x7fffffff || pr.k > 0x7fffffff) {
+    return make_error(ErrorCode::kInvalidArgument, "gemv: [{}, {}] x [{}, {}]^T is out of range",
+                      pr.m, pr.k, pr.n, pr.k);
+  }
+  if ((launch.rows_per_block != kTileRows && launch.rows_per_block != 2 * kTileRows) ||
+      launch.warps < 1 || launch.warps > kMaxWarps) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "gemv: launch shape of {} rows x {} warps per block (rows 16 or 32, warps "
+                      "1 to {})",
+                      launch.rows_per_block, launch.warps, kMaxWarps);
+  }
+  GemvParams p{};
+  p.x = pr.x;
+  p.ldx = pr.ldx;
+  p.weight = pr.weight;
+  p.bias = ParamVec{pr.bias, pr.bias_dtype};
+  p.out = pr.out;
+  p.ldo = pr.ldo;
+  p.out_f32 = pr.out_dtype == DType::kF32;
+  p.m = static_cast<int>(pr.m);
+  p.n = static_cast<int>(pr.n);
+  p.k = static_cast<int>(pr.k);
+
+  const size_t es = dtype_size(pr.dtype);
+  // Every row of x and of the weight starts on a 16-byte boundary.
+  const bool aligned = is_aligned(pr.x, 16) && is_aligned(pr.weight, 16) &&
+                       (static_cast<size_t>(pr.ldx) * es) % 16 == 0 &&
+                       (static_cast<size_t>(pr.k) * es) % 16 == 0;
+  if (pr.dtype == DType::kF32) {
+    const int64_t blocks = ceil_div(pr.n, kF32Warps * kF32Rows);
+    return aligned ? run(gemv_f32_kernel<4>, "gemv_f32_kernel", blocks, kF32Warps * kWarpSize, 0, p,
+                         stream)
+                   : run(gemv_f32_kernel<1>, "gemv_f32_kernel", blocks, kF32Warps * kWarpSize, 0, p,
+                         stream);
+  }
+  return pr.m <= 8 ? launch_bf16_rows<1>(p, aligned, launch, stream)
+                   : launch_bf16_rows<2>(p, aligned, launch, stream);
+}
+
+}  // namespace vllm::cuda::detail

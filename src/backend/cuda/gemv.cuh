@@ -1,0 +1,56 @@
+// Internal to the CUDA backend (gemm.cu's op entries, gemv.cu's kernels): the batched GEMV
+// that cuda::linear uses for small batches, out[M, N] = x[M, K] @ weight[N, K]^T (+ bias),
+// reading each weight row from memory once for all M rows. Plain C++ (no device code): the
+// timing mode includes it to try launch shapes other than the chosen one.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/cuda/gemm.cuh"
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+namespace vllm::cuda::detail {
+
+// One product's operands, already checked by the op entry (gemm.cu).
+struct GemvProblem {
+  DType dtype = DType::kBF16;      // x and weight: BF16 or F32
+  DType out_dtype = DType::kBF16;  // dtype, or F32 when dtype is BF16 (logits)
+  const void* x = nullptr;         // [m, k], row stride ldx elements
+  int64_t ldx = 0;
+  const void* weight = nullptr;  // [n, k] contiguous
+  const void* bias = nullptr;    // [n] or nullptr
+  DType bias_dtype = DType::kF32;
+  void* out = nullptr;  // [m, n], row stride ldo elements
+  int64_t ldo = 0;
+  int64_t m = 0, n = 0, k = 0;  // 1 <= m <= kGemvMaxRows; n, k >= 1
+  int device = 0;               // CUDA device index: its SM count picks the launch shape
+};
+
+// How the BF16 kernel splits the work: a block owns `rows_per_block` (16 or 32) consecutive
+// output features and its `warps` (1 to 8) warps split K between them. The F32 kernel and
+// the BF16 element-wise path (K not a multiple of 8, rows off 16-byte boundaries) always use
+// blocks of 16 rows; they take only `warps` from here (BF16) or nothing (F32).
+struct GemvLaunch {
+  int rows_per_block = 16;
+  int warps = 8;
+};
+
+// The launch shape for n output features on a GPU of sm_count SMs. It depends on n alone,
+// never on m, so one row's result does not depend on how many rows share its batch.
+GemvLaunch choose_gemv_launch(int64_t n, int sm_count);
+
+// Queues the GEMV on `stream` with the chosen (or the given) launch shape. kInvalidArgument
+// when m is outside [1, kGemvMaxRows] (the kernels hold one set of sums per row of x: more
+// rows are refused, never dropped) or the launch shape is not one of the above.
+Status launch_gemv(const GemvProblem& problem, cudaStream_t stream);
+Status launch_gemv(const GemvProblem& problem, const GemvLaunch& launch, cudaStream_t stream);
+
+// The checked operands of linear() / gemv() (gemm.cu) as a GemvProblem, for the timing mode's
+// launches with a given shape: `op` names the caller in messages.
+Expected<GemvProblem> gemv_problem(std::string_view op, const Tensor& x, const Tensor& weight,
+                                   const Tensor& bias, Tensor& out);
+
+}  // namespace vllm::cuda::detail

@@ -1,0 +1,304 @@
+// Backend parity for the batched GEMV (cuda::gemv, and cuda::linear's small-batch path) against
+// cpu::linear and against cuBLASLt (cuda::linear with the GEMV turned off) on random shapes:
+// M = 1 to the capacity, odd N and K, K not a multiple of 8 (the element-wise path), bias in
+// each dtype, x and out as column slices (aligned and not), BF16 -> BF16, BF16 -> F32 logits
+// and F32, outputs poisoned with NaN. Also: larger M is refused, linear() dispatches by M, and
+// a row's result does not depend on the other rows of its batch.
+//
+// Tolerances, as test_gemm_cuda.cpp's: BF16 output 1e-2 (its rounding alone is ~2e-3). F32
+// output from BF16 inputs: the products are exact in f32, only the summation order differs
+// from the CPU's, 1e-4. F32: each side's f32 sum carries a relative error of about
+// eps * sqrt(K / 2), so 1e-5 up to K = 1024, growing as sqrt(K) past it. Against cuBLASLt the
+// same bounds (each side is within them of the exact result).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/gemm.cuh"
+#include "cuda_device_util.h"
+#include "cuda_test_util.h"
+
+namespace vllm {
+namespace {
+
+using cuda_test::kContiguous;
+using cuda_test::Layout;
+using cuda_test::nan_operand;
+using cuda_test::Operand;
+using cuda_test::random_operand;
+using cuda_test::random_tensor;
+using cuda_test::relative_l2;
+using cuda_test::to_device;
+
+constexpr DType kBF16 = DType::kBF16;
+constexpr DType kF32 = DType::kF32;
+constexpr int kNoBias = -1;
+
+struct GemvCase {
+  int64_t m, n, k;
+  DType x_dtype = kBF16;
+  DType out_dtype = kBF16;
+  int bias = kNoBias;  // a DType, or kNoBias
+  Layout x_layout = kContiguous;
+  Layout out_layout = kContiguous;
+
+  std::string name() const {
+    return fmt::format("[{} x {}] x [{} x {}]^T {} -> {} bias={} x {} out {}", m, k, n, k,
+                       dtype_name(x_dtype), dtype_name(out_dtype),
+                       bias == kNoBias ? "none" : dtype_name(static_cast<DType>(bias)),
+                       x_layout.name(), out_layout.name());
+  }
+};
+
+double tolerance(const GemvCase& c) {
+  if (c.out_dtype == kBF16) return 1e-2;
+  if (c.x_dtype == kBF16) return 1e-4;
+  return 1e-5 * std::max(1.0, std::sqrt(static_cast<double>(c.k) / 1024.0));
+}
+
+class GemvCuda : public cuda_test::CudaTest {
+ protected:
+  void SetUp() override {
+    cuda_test::CudaTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto blas = cuda::BlasContext::create(Device::cuda());
+    ASSERT_TRUE(blas) << blas.status().to_string();
+    blas_ = std::move(*blas);
+  }
+
+  // cuda::linear through cuBLASLt alone.
+  Status cublas_linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& out) {
+    VLLM_RETURN_IF_ERROR(blas_->set_gemv_max_rows(0));
+    Status s = cuda::linear(*blas_, x, w, b, out, nullptr);
+    VLLM_RETURN_IF_ERROR(blas_->set_gemv_max_rows(cuda::kGemvCrossoverRows));
+    return s;
+  }
+
+  // The GEMV against the CPU op, and against cuBLASLt on the same device operands.
+  void run_case(const GemvCase& c) {
+    SCOPED_TRACE(c.name());
+    Operand x = random_operand(c.m, c.k, c.x_dtype, c.x_layout, rng_, 0.0f, 1.0f);
+    Tensor weight = random_tensor({c.n, c.k}, c.x_dtype, rng_, 0.0f, 0.05f);
+    Tensor bias;
+    if (c.bias != kNoBias) bias = random_tensor({c.n}, static_cast<DType>(c.bias), rng_, 0, 1);
+    Tensor ref = Tensor::empty({c.m, c.n}, kF32);
+    Status s = cpu::linear(x.input_f32(), weight, bias, ref);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+
+    Tensor weight_gpu = to_device(weight);
+    Tensor bias_gpu = bias.defined() ? to_device(bias) : Tensor();
+    Operand out = nan_operand(c.m, c.n, c.out_dtype, c.out_layout);
+    s = cuda::gemv(x.view, weight_gpu, bias_gpu, out.view, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    Tensor got = out.result_f32();
+    EXPECT_TRUE(relative_l2(got, ref, tolerance(c))) << "against the CPU";
+    EXPECT_TRUE(out.outside_untouched());
+
+    Operand blas_out = nan_operand(c.m, c.n, c.out_dtype, c.out_layout);
+    s = cublas_linear(x.view, weight_gpu, bias_gpu, blas_out.view);
+    if (s.code() == ErrorCode::kUnsupported) {  // the reference, not the op under test
+      std::printf("cuBLASLt has no algorithm for %s: compared with the CPU only\n",
+                  c.name().c_str());
+      return;
+    }
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_TRUE(relative_l2(got, blas_out.result_f32(), tolerance(c))) << "against cuBLASLt";
+  }
+
+  std::unique_ptr<cuda::BlasContext> blas_;
+  std::mt19937 rng_{8675309};
+};
+
+// Decode projections of Qwen3.5-4B / 27B (fused qkv, GDN in_proj, gate_up, o / out, down;
+// 27B's down as 2560 x 17408 to keep the host reference quick) at a few batch sizes: both
+// block shapes, long K splits.
+TEST_F(GemvCuda, DecodeShapesMatchCpuAndCublas) {
+  const GemvCase cases[] = {
+      {1, 10240, 2560}, {4, 2560, 9216},  {16, 12352, 2560}, {2, 5120, 6144},
+      {8, 18432, 2560}, {13, 2560, 4096}, {1, 2560, 17408},  {9, 16480, 2560},
+  };
+  for (const GemvCase& c : cases) run_case(c);
+}
+
+// Random shapes: M anywhere in [1, capacity], N and K odd or even, K often not a multiple of 8
+// (the element-wise path), bias and output dtypes drawn too.
+TEST_F(GemvCuda, RandomShapesMatchCpuAndCublas) {
+  std::mt19937 pick(4242);
+  for (int i = 0; i < 40; ++i) {
+    GemvCase c;
+    c.m = std::uniform_int_distribution<int64_t>(1, cuda::kGemvMaxRows)(pick);
+    c.n = std::uniform_int_distribution<int64_t>(1, 3000)(pick);
+    c.k = std::uniform_int_distribution<int64_t>(1, 3000)(pick);
+    if (i % 3 == 0) c.k = (c.k + 7) / 8 * 8;  // also the 16-byte path with K tails
+    c.x_dtype = i % 4 == 3 ? kF32 : kBF16;
+    c.out_dtype = c.x_dtype == kBF16 && i % 2 == 1 ? kF32 : c.x_dtype;
+    const int bias_pick = static_cast<int>(pick() % 3);
+    c.bias = bias_pick == 0 ? kNoBias : static_cast<int>(bias_pick == 1 ? c.x_dtype : kF32);
+    run_case(c);
+  }
+}
+
+TEST_F(GemvCuda, EveryRowCountUpToCapacity) {
+  for (int64_t m = 1; m <= cuda::kGemvMaxRows; ++m) {
+    run_case({m, 1000, 520});
+    run_case({m, 333, 260, kF32, kF32});
+  }
+}
+
+// The lm_head: BF16 hidden states and weights, F32 logits (a short K keeps the test fast).
+TEST_F(GemvCuda, Bf16ToF32LogitsMatchCpuAndCublas) {
+  const GemvCase cases[] = {
+      {1, 248320, 256, kBF16, kF32},
+      {5, 151936, 128, kBF16, kF32, static_cast<int>(kF32)},
+      {16, 4099, 2560, kBF16, kF32},
+  };
+  for (const GemvCase& c : cases) run_case(c);
+}
+
+// x and out as column slices: 16-byte aligned with a row stride, and shifted by elements so
+// that only the element-wise loads may touch them; bias and F32 logits on strided outputs.
+TEST_F(GemvCuda, StridedAndUnalignedOperandsMatchCpu) {
+  const Layout aligned_x{8, 24}, aligned_out{8, 16}, odd_x{1, 3}, odd_out{3, 5};
+  const int bf16 = static_cast<int>(kBF16), f32 = static_cast<int>(kF32);
+  const GemvCase cases[] = {
+      {16, 1024, 2560, kBF16, kBF16, kNoBias, aligned_x, aligned_out},
+      {7, 512, 1024, kBF16, kBF16, kNoBias, odd_x, odd_out},
+      {1, 512, 1024, kBF16, kBF16, bf16, odd_x, odd_out},
+      {12, 300, 640, kF32, kF32, kNoBias, odd_x, Layout{2, 2}},
+      {9, 2048, 256, kBF16, kF32, f32, aligned_x, Layout{4, 8}},
+      {3, 777, 333, kBF16, kF32, bf16, odd_x, Layout{1, 1}},
+      {16, 96, 4100, kF32, kF32, f32, aligned_x, aligned_out},
+  };
+  for (const GemvCase& c : cases) run_case(c);
+}
+
+// K not a multiple of 8, tiny K and N.
+TEST_F(GemvCuda, OddInnerDimensionsMatchCpu) {
+  const GemvCase cases[] = {
+      {5, 129, 1},
+      {16, 1, 77},
+      {3, 65, 9},
+      {11, 1001, 2047},
+      {2, 31, 3, kF32, kF32},
+      {14, 7, 1023, kF32, kF32},
+      {1, 1, 1},
+  };
+  for (const GemvCase& c : cases) run_case(c);
+}
+
+// Row i of an M-row product is bit-identical to the same row computed alone: the launch
+// shape and every row's order of summation depend on N and K only.
+TEST_F(GemvCuda, RowsDoNotDependOnTheBatch) {
+  for (DType dtype : {kBF16, kF32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const int64_t m = cuda::kGemvMaxRows, n = 2560, k = 4096;
+    Tensor x = to_device(random_tensor({m, k}, dtype, rng_, 0.0f, 1.0f));
+    Tensor w = to_device(random_tensor({n, k}, dtype, rng_, 0.0f, 0.05f));
+    Tensor all = to_device(Tensor::empty({m, n}, dtype));
+    ASSERT_TRUE(cuda::gemv(x, w, Tensor(), all, nullptr).is_ok());
+    Tensor all_host = cuda_test::to_host_f32(all);
+    for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}}) {
+      Tensor part = to_device(Tensor::empty({rows, n}, dtype));
+      ASSERT_TRUE(cuda::gemv(x.slice(0, 0, rows), w, Tensor(), part, nullptr).is_ok());
+      EXPECT_TRUE(
+          cuda_test::same_values(cuda_test::to_host_f32(part), all_host.slice(0, 0, rows).clone()))
+          << rows << " rows";
+    }
+  }
+}
+
+// With the GEMV on up to its capacity, linear() takes it up to that many rows (bit-identical
+// to gemv()) and cuBLASLt above (bit-identical to linear() with the GEMV off).
+TEST_F(GemvCuda, LinearDispatchesByBatchSize) {
+  const int64_t n = 1536, k = 2048;
+  Tensor w = to_device(random_tensor({n, k}, kBF16, rng_, 0.0f, 0.05f));
+  ASSERT_TRUE(blas_->set_gemv_max_rows(cuda::kGemvMaxRows).is_ok());
+  for (int64_t m : {int64_t{1}, cuda::kGemvMaxRows, cuda::kGemvMaxRows + 1}) {
+    SCOPED_TRACE(fmt::format("M = {}", m));
+    Tensor x = to_device(random_tensor({m, k}, kBF16, rng_, 0.0f, 1.0f));
+    Tensor via_linear = to_device(Tensor::empty({m, n}, kF32));
+    Tensor expected = to_device(Tensor::empty({m, n}, kF32));
+    ASSERT_TRUE(cuda::linear(*blas_, x, w, Tensor(), via_linear, nullptr).is_ok());
+    const bool gemv = m <= cuda::kGemvMaxRows;
+    const size_t plans = blas_->cached_plans();
+    Status s = gemv ? cuda::gemv(x, w, Tensor(), expected, nullptr)
+                    : cublas_linear(x, w, Tensor(), expected);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_TRUE(cuda_test::same_values(cuda_test::to_host_f32(via_linear),
+                                       cuda_test::to_host_f32(expected)));
+    EXPECT_EQ(plans, gemv ? 0u : 1u) << "cuBLASLt plans made";
+  }
+}
+
+// More rows than the kernels hold: refused with a message, nothing written. The crossover
+// cannot be set past the capacity either.
+TEST_F(GemvCuda, RefusesMoreRowsThanItsCapacity) {
+  const int64_t m = cuda::kGemvMaxRows + 1, n = 64, k = 128;
+  Tensor x = to_device(random_tensor({m, k}, kBF16, rng_, 0.0f, 1.0f));
+  Tensor w = to_device(random_tensor({n, k}, kBF16, rng_, 0.0f, 0.05f));
+  Operand out = nan_operand(m, n, kBF16, kContiguous);
+  Status s = cuda::gemv(x, w, Tensor(), out.view, nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("at most 16"), std::string::npos) << s.message();
+  Tensor result = out.result_f32();
+  for (int64_t i = 0; i < result.numel(); ++i) ASSERT_TRUE(std::isnan(result.data<float>()[i]));
+
+  EXPECT_EQ(blas_->gemv_max_rows(), cuda::kGemvCrossoverRows);
+  EXPECT_EQ(blas_->set_gemv_max_rows(cuda::kGemvMaxRows + 1).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(blas_->set_gemv_max_rows(-1).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(blas_->gemv_max_rows(), cuda::kGemvCrossoverRows);
+  // linear() still serves that batch, through cuBLASLt.
+  s = cuda::linear(*blas_, x, w, Tensor(), out.view, nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+}
+
+// K = 0 is the empty sum: out = bias (or zeros); M = 0 does nothing.
+TEST_F(GemvCuda, EmptyProducts) {
+  for (bool with_bias : {false, true}) {
+    const int64_t m = 3, n = 17;
+    Tensor bias = with_bias ? random_tensor({n}, kBF16, rng_, 0.0f, 1.0f) : Tensor();
+    Tensor ref = Tensor::empty({m, n}, kF32);
+    ASSERT_TRUE(
+        cpu::linear(Tensor::empty({m, 0}, kF32), Tensor::empty({n, 0}, kBF16), bias, ref).is_ok());
+    Operand out = nan_operand(m, n, kBF16, kContiguous);
+    Status s =
+        cuda::gemv(to_device(Tensor::empty({m, 0}, kBF16)), to_device(Tensor::empty({n, 0}, kBF16)),
+                   with_bias ? to_device(bias) : Tensor(), out.view, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_TRUE(cuda_test::same_values(out.result_f32(), ref));
+  }
+  Tensor out = to_device(Tensor::empty({0, 32}, kBF16));
+  Status s = cuda::gemv(to_device(Tensor::empty({0, 64}, kBF16)),
+                        to_device(random_tensor({32, 64}, kBF16, rng_, 0.0f, 1.0f)), Tensor(), out,
+                        nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+}
+
+TEST_F(GemvCuda, RejectsBadArguments) {
+  Tensor x = to_device(random_tensor({4, 64}, kBF16, rng_, 0.0f, 1.0f));
+  Tensor w = to_device(random_tensor({32, 64}, kBF16, rng_, 0.0f, 1.0f));
+  Tensor w_short = to_device(random_tensor({32, 63}, kBF16, rng_, 0.0f, 1.0f));
+  Tensor w32 = to_device(random_tensor({32, 64}, kF32, rng_, 0.0f, 1.0f));
+  Tensor out = to_device(Tensor::empty({4, 32}, kBF16));
+  Tensor out_wrong = to_device(Tensor::empty({4, 33}, kBF16));
+  Tensor bias_wrong = to_device(Tensor::zeros({31}, kBF16));
+  for (auto [weight, bias, o] :
+       {std::tuple{w_short, Tensor(), out}, std::tuple{w32, Tensor(), out},
+        std::tuple{w, Tensor(), out_wrong}, std::tuple{w, bias_wrong, out}}) {
+    Status s = cuda::gemv(x, weight, bias, o, nullptr);
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find("cuda::gemv"), std::string::npos) << s.message();
+  }
+  Status s = cuda::gemv(random_tensor({4, 64}, kBF16, rng_, 0.0f, 1.0f), w, Tensor(), out,
+                        nullptr);  // x on the CPU
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+}
+
+}  // namespace
+}  // namespace vllm
