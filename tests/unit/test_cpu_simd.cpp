@@ -3,14 +3,17 @@
 // f32 rounding where the summation order differs (FMA dot products).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/sum_exp.h"
 #include "op_test_util.h"
 
 namespace vllm {
@@ -185,6 +188,44 @@ TEST(CpuSimd, GatedDeltaRuleMatchesPortable) {
       EXPECT_LT(max_rel_diff(got, want), 1e-5) << what;
       EXPECT_LT(max_rel_diff(state_got, state_want), 1e-5) << what;
     }
+  }
+}
+
+// Each exponential on its own over the range the sampler meets, then
+// whole rows: vector tails, -inf entries (masked tokens) and logits far below the maximum.
+TEST(CpuSimd, SumExpMatchesPortable) {
+  const float kInf = std::numeric_limits<float>::infinity();
+  for (CpuIsa isa : simd_isas()) {
+    IsaScope simd(isa);
+    const std::string name(cpu::isa_name(isa));
+    for (int i = 0; i <= 20000; ++i) {
+      // 32 copies: the main loop of every variant (a lone element would take a scalar tail).
+      const float t = -90.0f + 0.0045f * static_cast<float>(i) + 1e-4f * static_cast<float>(i % 7);
+      const std::vector<float> copies(32, t);
+      const double want = 32 * cpu::detail::sum_exp_portable(&t, 1, 0.0f);
+      const double got = cpu::sum_exp(copies.data(), 32, 0.0f);
+      if (t < -87.0f) {
+        EXPECT_LE(got, 32 * 1.7e-38) << name << " t=" << t;  // underflow: at most exp(-87)
+      } else {
+        EXPECT_NEAR(got, want, 2.5e-7 * want) << name << " t=" << t;
+      }
+    }
+    for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 1000, 151936}) {
+      Tensor x = random_f32({n}, 71, -30.0f, 10.0f);
+      float* p = x.data<float>();
+      for (int64_t i = 3; i < n; i += 5) p[i] = -kInf;
+      float m = -kInf;
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, p[i]);
+      const double want = cpu::detail::sum_exp_portable(p, n, m);
+      EXPECT_NEAR(cpu::sum_exp(p, n, m), want, 3e-7 * want) << name << " n=" << n;
+    }
+    // NaN anywhere, or a row of -inf (max -inf), gives NaN as the reference does.
+    std::vector<float> row(40, 0.5f);
+    row[37] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_TRUE(std::isnan(cpu::sum_exp(row.data(), 40, 0.5f))) << name;
+    std::vector<float> masked(40, -kInf);
+    EXPECT_TRUE(std::isnan(cpu::detail::sum_exp_portable(masked.data(), 40, -kInf)));
+    EXPECT_TRUE(std::isnan(cpu::sum_exp(masked.data(), 40, -kInf))) << name;
   }
 }
 

@@ -1,10 +1,12 @@
-// AVX2 + FMA inner loops of paged attention and the gated delta rule (vec_kernels.h): 8-wide
-// f32 vectors with FMA; the last dims that do not fill a vector run as scalar FMAs.
+// AVX2 + FMA inner loops of paged attention and the gated delta rule (vec_kernels.h), and the
+// sampler's sum of exponentials (sum_exp.h): 8-wide f32 vectors with FMA; the last dims that
+// do not fill a vector run as scalar code.
 #include <immintrin.h>
 
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cpu/sum_exp.h"
 #include "backend/cpu/vec_kernels.h"
 
 #define VLLM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -108,6 +110,57 @@ VLLM_AVX2 void delta_rule_step_avx2(const DeltaRuleStep& s) {
     }
     s.out[j] = o;
   }
+}
+
+namespace {
+
+// exp(t) for t clamped to [-87, 88] (NaN stays NaN), as exp_ps of the AVX-512 file: Taylor
+// polynomial of degree 7 on |r| <= ln2 / 2, times 2^n built in the exponent bits (n >= -126
+// after the clamp, so 2^n is a normal float).
+VLLM_AVX2 inline __m256 exp_ps(__m256 t) {
+  t = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), t));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), t);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723212e-6f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+}  // namespace
+
+VLLM_AVX2 double sum_exp_avx2(const float* x, int64_t n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  __m256d a2 = _mm256_setzero_pd(), a3 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 e0 = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+    const __m256 e1 = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), mv));
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e0)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1)));
+    a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm256_castps256_ps128(e1)));
+    a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1)));
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  const __m256d s = _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3));
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+  double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  for (; i < n; ++i) sum += std::exp(x[i] - m);
+  return sum;
 }
 
 }  // namespace vllm::cpu::detail
