@@ -11,6 +11,7 @@ packages=(
   libcli11-dev libfmt-dev libspdlog-dev libxxhash-dev
   curl jq                             # the end-to-end server tests (tests/e2e/)
   libcairo2-dev fonts-dejavu-core    # `vllm bench serve --plot`
+  linux-perf                          # benchmarks/peers/step_profile.sh
 )
 
 missing=()
