@@ -3,8 +3,9 @@
 # thread, from perf samples. Two runs that differ only in the number of tokens generated
 # (128 prompt ids; 64 and 320 tokens) are sampled and subtracted, so start-up, loading and
 # prefill cancel and what remains is 256 decode steps at contexts 192..448 (the peer
-# benchmark's range). CPU time of the process, not wall time: a busy machine slows the
-# figures little, which wall-clock profiles (VLLM_PROFILE) cannot say.
+# benchmark's range). User-space CPU time of the process, not wall time, so other work on
+# the machine does not count (it still evicts caches: compare runs taken side by side).
+# Kernel time is left out: start-up page faults vary more between runs than a step lasts.
 #
 #   bash benchmarks/peers/step_profile.sh OUT_DIR [DRIVER]
 #
@@ -46,7 +47,7 @@ cat "$OUT"/steps_"$SHORT"_*.txt | sed 's/^/S /' >"$OUT/steps_all.txt"
 cat "$OUT"/steps_"$LONG"_*.txt | sed 's/^/L /' >>"$OUT/steps_all.txt"
 awk -v freq="$FREQ" -v steps=$(((LONG - SHORT) * ROUNDS)) '
   BEGIN {
-    n = split("linear|attention|gdn_rule|gdn_other|moe|norm_rope|sampler|alloc|kernel|other", order, "|")
+    n = split("linear|attention|gdn_rule|gdn_other|moe|norm_rope|sampler|alloc|other", order, "|")
     label["linear"] = "linear (GEMV / GEMM kernels, weight widening)"
     label["attention"] = "paged attention"
     label["gdn_rule"] = "Gated DeltaNet recurrence"
@@ -55,11 +56,9 @@ awk -v freq="$FREQ" -v steps=$(((LONG - SHORT) * ROUNDS)) '
     label["norm_rope"] = "norms, RoPE, element-wise"
     label["sampler"] = "sampler (argmax, logprob)"
     label["alloc"] = "malloc / free"
-    label["kernel"] = "kernel (scheduling, wake-ups, page faults)"
     label["other"] = "other (engine, op checks, tensors, threads)"
   }
-  function category(sym, kernel) {
-    if (kernel) return "kernel"
+  function category(sym) {
     if (sym ~ /linear|tile|direct_rows|rows_bf16|sgemm|decode_to_f32|pair_columns|openblas|_kernel/) return "linear"
     if (sym ~ /paged_attention|attention_row/) return "attention"
     if (sym ~ /gated_delta_rule|delta_rule_step|l2_normalize/) return "gdn_rule"
@@ -72,13 +71,13 @@ awk -v freq="$FREQ" -v steps=$(((LONG - SHORT) * ROUNDS)) '
   }
   {
     sign = $1 == "L" ? 1 : -1
-    count = $3; kernel = $4 == "[k]"
+    count = $3
     sym = ""; for (i = 5; i <= NF; ++i) sym = sym " " $i
-    c = category(sym, kernel)
+    c = category(sym)
     total[c] += sign * count; all += sign * count
   }
   END {
-    printf "%-48s %8.3f\n", "CPU ms per decode step (1 thread)", all / freq / steps * 1e3
+    printf "%-48s %8.3f\n", "user CPU ms per decode step (1 thread)", all / freq / steps * 1e3
     for (i = 1; i <= n; ++i) {
       c = order[i]
       printf "  %-46s %8.3f\n", label[c], total[c] / freq / steps * 1e3
