@@ -20,8 +20,15 @@ namespace vllm::cpu {
 namespace detail {
 namespace {
 
-// Weight rows decoded per sgemm call on the BF16/F16 path: 64 rows x K f32 of scratch.
-constexpr int64_t kBlasBlockN = 64;
+// Weight rows decoded per sgemm call on the BF16/F16 path: as many as fill about 1 MiB of
+// f32 scratch (an L2's worth), 16 to 256 rows. Fewer, larger calls pack x fewer times:
+// Qwen3-0.6B's 128-token prefill ran ~4% faster on one core than with 64-row blocks.
+constexpr int64_t kBlasScratchBytes = int64_t{1} << 20;
+
+int64_t blas_block_rows(int64_t K) {
+  const int64_t rows = kBlasScratchBytes / (std::max<int64_t>(K, 1) * int64_t{sizeof(float)});
+  return std::clamp<int64_t>(rows / 16 * 16, 16, 256);
+}
 
 void add_bias(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   if (a.bias == nullptr) return;
@@ -65,10 +72,11 @@ void linear_blas(const LinearArgs& a, int64_t n_begin, int64_t n_end, CpuIsa isa
     sgemm_block(a, static_cast<const float*>(a.w) + n_begin * a.K, n_begin, n_end - n_begin);
   } else {
     thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(kBlasBlockN * a.K));
+    const int64_t block = blas_block_rows(a.K);
+    scratch.resize(static_cast<size_t>(block * a.K));
     const size_t row_bytes = static_cast<size_t>(a.K) * dtype_size(a.w_dtype);
-    for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlasBlockN) {
-      const int64_t rows = std::min(kBlasBlockN, n_end - n0);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += block) {
+      const int64_t rows = std::min(block, n_end - n0);
       const char* src = static_cast<const char*>(a.w) + static_cast<size_t>(n0) * row_bytes;
       decode_weights(src, a.w_dtype, rows * a.K, scratch.data(), isa);
       sgemm_block(a, scratch.data(), n0, rows);
