@@ -71,14 +71,15 @@ struct LinearCase {
   int64_t M, N, K;
 };
 
-// Every M of the direct kernel, tails in K (vector width) and N (tile rows), one-row kernels
-// on long rows (K >= 1024: whole 64-column steps, a last 32-column block, a last partial
-// 16), and the BLAS path above kDirectMaxM (whose weight widening must be bitwise the
-// portable one).
-constexpr LinearCase kLinearCases[] = {{1, 1, 1},     {1, 37, 15},   {1, 129, 1000}, {1, 21, 1024},
-                                       {1, 13, 1056}, {1, 11, 1071}, {2, 9, 17},     {3, 33, 64},
-                                       {4, 65, 100},  {5, 7, 31},    {6, 19, 250},   {7, 40, 8},
-                                       {8, 130, 77},  {9, 33, 70},   {40, 65, 300}};
+// Every M of the direct kernel, tails in K (vector width) and N (tile rows), the one-row
+// kernels at M = 1 (x in registers for K = 32 * b up to 256; on long rows K >= 1024 whole
+// 64-column steps, a last 32-column block, a last partial 16; rows in fours and a
+// remainder), and the BLAS path above kDirectMaxM (whose weight widening must be bitwise
+// the portable one).
+constexpr LinearCase kLinearCases[] = {
+    {1, 1, 1},     {1, 37, 15},   {1, 6, 32},    {1, 9, 96},   {1, 23, 256}, {1, 129, 1000},
+    {1, 21, 1024}, {1, 13, 1056}, {1, 11, 1071}, {2, 9, 17},   {3, 33, 64},  {4, 65, 100},
+    {5, 7, 31},    {6, 19, 250},  {7, 40, 8},    {8, 130, 77}, {9, 33, 70},  {40, 65, 300}};
 
 TEST(CpuSimd, LinearMatchesPortable) {
   for (CpuIsa isa : simd_isas()) {

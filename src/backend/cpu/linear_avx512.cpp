@@ -208,12 +208,13 @@ VLLM_AVX512 void tile_bf16_pairs(const LinearArgs& a, int64_t n0, int64_t rows) 
 // accumulators (even and odd columns of two 32-column blocks) keep four FMA chains going;
 // four rows' horizontal sums are folded together.
 //
-// Measured on one Zen 4 core (bench_cpu_ops, BM_LinearStream): with weights streamed from
-// DRAM this runs 1.1-1.2x the tile's speed on 1024-column rows and 2x on 256-column rows;
-// with the weights hot in the last-level cache the tile is 1.2-1.5x faster on short rows.
-// Rows of kStreamRowsMinK columns and more belong to models too large for any cache
-// (Qwen3-0.6B and up) and take this kernel; shorter rows keep the tile (the demo model's
-// 256-column weights stay cached on an idle machine).
+// Measured on one Zen 4 core (bench_cpu_ops): with weights streamed from DRAM this runs
+// 1.1-1.2x the tile's speed on 1024-column rows and 2x on 256-column rows; with the weights
+// hot in the last-level cache the tile is 1.2-1.5x faster on short rows, where reloading x
+// for every row and summing every row on its own dominate. Rows of up to 8 * 32 columns
+// therefore keep x in registers for the whole call (rows_bf16_pairs_m1_short: at least the
+// tile's speed cached, 1.4-1.6x it from DRAM), rows of kStreamRowsMinK columns and more
+// (models too large for any cache) take the general one-row kernel, the rest the tile.
 constexpr int64_t kStreamRowsMinK = 1024;
 
 // Row n of the weights dotted with the paired x, as 16 partial sums.
@@ -268,7 +269,66 @@ VLLM_AVX512 inline __m128 reduce4(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(first, q));
 }
 
+// Rows of KB * 32 columns (KB <= 8) with the paired x held in 2 * KB registers for the
+// whole call, so each row costs only its own weight loads.
+template <int KB>
+VLLM_AVX512 void rows_bf16_pairs_m1_short(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  constexpr int64_t K = KB * 32;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 xe[KB], xo[KB];
+#pragma GCC unroll 8
+  for (int b = 0; b < KB; ++b) {
+    xe[b] = _mm512_loadu_ps(a.x_pairs + b * 32);
+    xo[b] = _mm512_loadu_ps(a.x_pairs + b * 32 + 16);
+  }
+  auto row = [&](int64_t n) VLLM_AVX512 {
+    const uint16_t* w = static_cast<const uint16_t*>(a.w) + n * K;
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int b = 0; b < KB; ++b) {
+      const __m512i v = _mm512_loadu_si512(w + b * 32);
+      acc0 = _mm512_fmadd_ps(xe[b], _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), acc0);
+      acc1 = _mm512_fmadd_ps(xo[b], _mm512_castsi512_ps(_mm512_and_si512(v, high)), acc1);
+    }
+    return _mm512_add_ps(acc0, acc1);
+  };
+  int64_t n = n_begin;
+  for (; n + 4 <= n_end; n += 4) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, reduce4(row(n), row(n + 1), row(n + 2), row(n + 3)));
+    for (int j = 0; j < 4; ++j) {
+      if (a.bias != nullptr) sums[j] += load_scalar(a.bias, a.bias_dtype, n + j);
+      a.out[n + j] = sums[j];
+    }
+  }
+  for (; n < n_end; ++n) {
+    float sum = _mm512_reduce_add_ps(row(n));
+    if (a.bias != nullptr) sum += load_scalar(a.bias, a.bias_dtype, n);
+    a.out[n] = sum;
+  }
+}
+
 VLLM_AVX512 void rows_bf16_pairs_m1(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  if (a.K % 32 == 0 && a.K <= 8 * 32) {
+    switch (a.K / 32) {
+      case 1:
+        return rows_bf16_pairs_m1_short<1>(a, n_begin, n_end);
+      case 2:
+        return rows_bf16_pairs_m1_short<2>(a, n_begin, n_end);
+      case 3:
+        return rows_bf16_pairs_m1_short<3>(a, n_begin, n_end);
+      case 4:
+        return rows_bf16_pairs_m1_short<4>(a, n_begin, n_end);
+      case 5:
+        return rows_bf16_pairs_m1_short<5>(a, n_begin, n_end);
+      case 6:
+        return rows_bf16_pairs_m1_short<6>(a, n_begin, n_end);
+      case 7:
+        return rows_bf16_pairs_m1_short<7>(a, n_begin, n_end);
+      default:
+        return rows_bf16_pairs_m1_short<8>(a, n_begin, n_end);
+    }
+  }
   int64_t n = n_begin;
   for (; n + 4 <= n_end; n += 4) {
     const __m512 v0 = row_bf16_pairs(a, n), v1 = row_bf16_pairs(a, n + 1);
@@ -297,7 +357,8 @@ template <int kKind, int M>
 VLLM_AVX512 void run_rows(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   constexpr int R = rows_per_tile<M>();
   const bool pairs = kKind == kBF16W && a.x_pairs != nullptr;
-  if (pairs && M == 1 && a.K >= kStreamRowsMinK) return rows_bf16_pairs_m1(a, n_begin, n_end);
+  if (pairs && M == 1 && (a.K >= kStreamRowsMinK || (a.K % 32 == 0 && a.K <= 8 * 32)))
+    return rows_bf16_pairs_m1(a, n_begin, n_end);
   for (int64_t n0 = n_begin; n0 < n_end; n0 += R) {
     const int64_t rows = n_end - n0 < R ? n_end - n0 : R;
     if (pairs) {
