@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the official `openai` npm client the end-to-end server tests use, pinned in
+# Installs the official `openai` npm client and the `ajv` JSON Schema validator the
+# end-to-end server tests use, pinned in
 # tests/e2e/package-lock.json, into tests/e2e/node_modules/ (git-ignored). Safe to rerun:
 # nothing is fetched when the installed tree already matches the lock file.
 set -euo pipefail

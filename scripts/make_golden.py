@@ -8,8 +8,9 @@ script builds one tiny model per supported architecture with the SHIPPED checkpo
 (tensor names, fused or per-expert MoE weights, VLM prefixes, extra mtp.* tensors) and
 records what transformers computes for it.
 
-Runs on the GPU machine (it has torch + transformers; the math itself runs on its CPU):
-    PYTHONUNBUFFERED=1 python3 scripts/make_golden.py --out tests/golden
+Needs Python with torch, transformers (with qwen3_5, qwen3_5_moe and qwen3_next) and
+safetensors; no GPU and no network (the math runs on the CPU, in float32):
+    PYTHONUNBUFFERED=1 python3 scripts/make_golden.py --out OUT_DIR
 
 Per model it writes <out>/<name>/: config.json, generation_config.json, model*.safetensors
 (+ index when sharded), reference.safetensors and reference_info.json. Each written
@@ -59,8 +60,8 @@ L, FA = "linear_attention", "full_attention"
 
 
 # ----------------------------------------------------------------------------------------
-# Configs: same keys and structure as the shipped config.json files
-# (shared/model-configs), tiny dims that are not powers of two, GQA ratio > 1.
+# Configs: same keys and structure as the real models' config.json files (configs/),
+# tiny dims that are not powers of two, GQA ratio > 1.
 # ----------------------------------------------------------------------------------------
 
 def qwen3_5_dense_config():

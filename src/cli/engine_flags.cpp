@@ -28,6 +28,12 @@ void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
   cmd->add_option("--gpu-memory-utilization", flags->engine.gpu_memory_utilization,
                   "fraction of GPU memory for weights, activations and KV cache (default 0.9)")
       ->check(CLI::Range(0.01, 1.0));
+  cmd->add_flag("--enforce-eager", flags->engine.enforce_eager,
+                "CUDA: run every step eagerly (no CUDA graphs for decode steps)");
+  cmd->add_option("--cuda-graph-sizes", flags->engine.cuda_graph_sizes,
+                  "CUDA: decode batch sizes to capture graphs for (one value: 1, 2, 4, 8, 16, "
+                  "... up to it; default up to --max-num-seqs)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching);
   cmd->add_option("--mamba-cache-interval", flags->engine.mamba_cache_interval,
                   "Hybrid models: prompt tokens between GDN state snapshots (a multiple of "

@@ -23,7 +23,7 @@ namespace vllm::cli {
 // --load-format --max-num-seqs --max-num-batched-tokens --max-model-len --block-size
 // --num-gpu-blocks-override --kv-cache-memory-bytes --[no-]enable-prefix-caching --device
 // --dtype --gpu-memory-utilization --mamba-cache-interval --mamba-cache-memory-fraction
-// --num-mamba-snapshots-override.
+// --num-mamba-snapshots-override --enforce-eager --cuda-graph-sizes.
 void add_engine_flags(CLI::App* cmd, engine::EngineArgs* args);
 
 // The sampling knobs every generating command shares; unset ones keep the model's default.

@@ -1,7 +1,9 @@
 // `vllm generate`: offline batch generation, as vLLM's LLM.generate() driven from the shell.
 //
 // Prompts come from --prompt TEXT, --prompt-ids 5,17,42 (both repeatable) or --input
-// FILE.jsonl (one {"prompt": "..."} or {"prompt_token_ids": [...]} per line). All prompts go
+// FILE.jsonl (one {"prompt": "..."} or {"prompt_token_ids": [...]} per line, optionally with
+// "structured_outputs": {...} as the API takes it). Structured outputs for every prompt:
+// --json-schema, --regex, --choice, --grammar or --json-object. All prompts go
 // into one engine together: continuous batching, chunked prefill, prefix caching and
 // preemption as `vllm serve` would run them. Sampling defaults are vLLM's, overridden by the
 // model's generation_config.json, overridden by the flags.
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +27,7 @@
 #include "engine/engine_core.h"
 #include "engine/output_processor.h"
 #include "loader/hf_config.h"
+#include "structured/structured_outputs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vllm::cli {
@@ -44,6 +48,11 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
+  // Structured outputs for every prompt (vLLM's StructuredOutputsParams fields).
+  std::string json_schema, regex, grammar;
+  std::vector<std::string> choice;
+  bool json_object = false;
+  bool disable_any_whitespace = false;
   engine::EngineArgs engine;
 };
 
@@ -69,7 +78,43 @@ Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
 struct Prompt {
   std::optional<std::string> text;
   std::vector<int32_t> ids;
+  std::optional<structured::StructuredOutputsParams> structured;  // from its --input line
 };
+
+// "@path" reads the file; anything else is the text itself.
+Expected<std::string> text_or_file(const std::string& flag, const std::string& value) {
+  if (value.empty() || value[0] != '@') return value;
+  std::ifstream in(value.substr(1), std::ios::binary);
+  if (!in) return make_error(ErrorCode::kNotFound, "{} {}: cannot open", flag, value.substr(1));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The structured-output flags as StructuredOutputsParams; nullopt when none is given.
+Expected<std::optional<structured::StructuredOutputsParams>> structured_flags(
+    const GenerateArgs& args) {
+  structured::StructuredOutputsParams p;
+  if (!args.json_schema.empty()) {
+    VLLM_ASSIGN_OR_RETURN(std::string schema, text_or_file("--json-schema", args.json_schema));
+    p.json = std::move(schema);
+  }
+  if (!args.regex.empty()) p.regex = args.regex;
+  if (!args.choice.empty()) p.choice = args.choice;
+  if (!args.grammar.empty()) {
+    VLLM_ASSIGN_OR_RETURN(std::string grammar, text_or_file("--grammar", args.grammar));
+    p.grammar = std::move(grammar);
+  }
+  p.json_object = args.json_object;
+  p.disable_any_whitespace = args.disable_any_whitespace;
+  if (p.num_constraints() == 0) {
+    if (args.disable_any_whitespace) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "--disable-any-whitespace needs --json-schema or --json-object");
+    }
+    return std::optional<structured::StructuredOutputsParams>();
+  }
+  VLLM_RETURN_IF_ERROR(p.validate());
+  return std::optional<structured::StructuredOutputsParams>(std::move(p));
+}
 
 Expected<std::vector<Prompt>> collect_prompts(const GenerateArgs& args, const Tokenizer* tokenizer) {
   std::vector<Prompt> prompts;
@@ -95,13 +140,18 @@ Expected<std::vector<Prompt>> collect_prompts(const GenerateArgs& args, const To
     std::string line;
     for (int number = 1; std::getline(in, line); ++number) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      auto j = nlohmann::json::parse(line, nullptr, false);
+      auto j = nlohmann::ordered_json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
         return make_error(ErrorCode::kInvalidArgument, "{}:{}: not a JSON object", args.input, number);
+      }
+      auto structured = structured::parse_structured_outputs(j);
+      if (!structured) {
+        return structured.status().with_context(fmt::format("{}:{}", args.input, number));
       }
       if (j.contains("prompt") && j["prompt"].is_string()) {
         Status s = add_text(j["prompt"].get<std::string>());
         if (!s.is_ok()) return s.with_context(fmt::format("{}:{}", args.input, number));
+        prompts.back().structured = *structured;
       } else if (j.contains("prompt_token_ids") && j["prompt_token_ids"].is_array()) {
         Prompt p;
         for (const auto& id : j["prompt_token_ids"]) {
@@ -111,6 +161,7 @@ Expected<std::vector<Prompt>> collect_prompts(const GenerateArgs& args, const To
           }
           p.ids.push_back(id.get<int32_t>());
         }
+        p.structured = *structured;
         prompts.push_back(std::move(p));
       } else {
         return make_error(ErrorCode::kInvalidArgument,
@@ -193,11 +244,19 @@ int run_generate(GenerateArgs& args) {
   auto& core = loaded->core;
   const GenerationConfig* generation = &loaded->generation;
   engine::OutputProcessor processor(tokenizer.get());
-  const SamplingParams params = sampling_params(args, *generation);
+  SamplingParams params = sampling_params(args, *generation);
+  auto structured = structured_flags(args);
+  if (!structured) {
+    VLLM_LOG_ERROR("{}", structured.status().message());
+    return 2;
+  }
+  params.structured_outputs = *structured;
   std::map<std::string, size_t> order;  // request id -> prompt index
   for (size_t i = 0; i < prompts->size(); ++i) {
     const std::string id = std::to_string(i);
-    auto children = processor.add_request(id, (*prompts)[i].ids, params);
+    SamplingParams prompt_params = params;
+    if ((*prompts)[i].structured) prompt_params.structured_outputs = (*prompts)[i].structured;
+    auto children = processor.add_request(id, (*prompts)[i].ids, prompt_params);
     if (!children) {
       VLLM_LOG_ERROR("prompt {}: {}", i, children.status().message());
       return 2;
@@ -276,6 +335,16 @@ Runner add_generate_command(CLI::App& app) {
   cmd->add_flag("!--no-skip-special-tokens", args->skip_special_tokens, "Keep special tokens in the text");
   cmd->add_option("--logprobs", args->logprobs, "Top-N logprobs per generated token");
   cmd->add_option("--prompt-logprobs", args->prompt_logprobs, "Top-N logprobs per prompt token");
+  // Structured outputs, as the API's structured_outputs (one of these).
+  cmd->add_option("--json-schema", args->json_schema,
+                  "Output must match this JSON Schema (JSON text, or @FILE)");
+  cmd->add_option("--regex", args->regex, "Output must match this regular expression");
+  cmd->add_option("--choice", args->choice, "Output must be one of these strings (repeatable)");
+  cmd->add_option("--grammar", args->grammar,
+                  "Output must match this EBNF grammar (text, or @FILE)");
+  cmd->add_flag("--json-object", args->json_object, "Output must be a JSON object or array");
+  cmd->add_flag("--disable-any-whitespace", args->disable_any_whitespace,
+                "JSON without free whitespace (\", \" and \": \" separators)");
   add_engine_flags(cmd, &args->engine);  // as `vllm serve`
   return [args] { return run_generate(*args); };
 }

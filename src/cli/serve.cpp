@@ -4,8 +4,12 @@
 // model's tokenizer, chat template and generation_config.json defaults (--generation-config
 // auto; "vllm" ignores the file, a folder reads that folder's), and serves HTTP until SIGTERM
 // or SIGINT: then it stops accepting connections, finishes the requests in flight and exits 0.
-// With no model it serves the demo model (default_model.h).
+// If the engine dies it exits 1 (after answering /health with 503 meanwhile), as vLLM does.
+// MODEL is a folder, a Hugging Face id found in the local Hugging Face cache (hf_cache.h), or
+// nothing: the demo model (default_model.h). vLLM flags that mean nothing here are accepted
+// with a warning (serve_noop_flags.h).
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,12 +22,16 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "base/logging.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/engine_flags.h"
+#include "cli/hf_cache.h"
+#include "cli/serve_noop_flags.h"
+#include "server/cors.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/reasoning_parser.h"
@@ -50,9 +58,26 @@ struct ServeArgs {
   bool enable_prompt_tokens_details = false;
   std::string reasoning_parser;
   size_t max_request_bytes = 8u << 20;
-  size_t http_threads = 256;
+  size_t http_threads = 0;
+  double http_request_timeout = 60.0;
+  size_t h11_max_incomplete_event_size = 4194304;
+  size_t h11_max_header_count = 256;
+  std::string ssl_keyfile, ssl_certfile, ssl_ca_certs, ssl_ciphers;
+  int ssl_cert_reqs = 0;
+  std::string allowed_origins = R"(["*"])";
+  std::string allowed_methods = R"(["*"])";
+  std::string allowed_headers = R"(["*"])";
+  bool allow_credentials = false;
+  std::string root_path;
+  bool enable_log_requests = false;
+  bool enable_log_outputs = false;
+  std::optional<int64_t> max_log_len;
+  bool enable_request_id_headers = false;
+  std::string revision = "main";
+  std::optional<std::string> download_dir;
   std::optional<int64_t> seed;
   engine::EngineArgs engine;
+  NoopFlags noop;
 };
 
 Expected<std::string> resolve_model(const ServeArgs& args) {
@@ -63,10 +88,15 @@ Expected<std::string> resolve_model(const ServeArgs& args) {
   }
   std::string model = !args.model_positional.empty() ? args.model_positional : args.model;
   VLLM_ASSIGN_OR_RETURN(model, resolve_model_dir(model));  // the demo model when empty
-  if (!std::filesystem::is_directory(model)) {
-    return make_error(ErrorCode::kNotFound, "model folder {} does not exist", model);
+  if (std::filesystem::is_directory(model)) return model;
+  // Not a folder: a Hugging Face id is looked up in the local cache, as vLLM does offline.
+  if (is_hf_repo_id(model) && !std::filesystem::exists(model)) {
+    VLLM_ASSIGN_OR_RETURN(auto snapshot, find_hf_snapshot(model, args.revision, args.download_dir));
+    VLLM_LOG_INFO("model {} (revision {}) found in the Hugging Face cache: {}", model,
+                  args.revision, snapshot.string());
+    return snapshot.string();
   }
-  return model;
+  return make_error(ErrorCode::kNotFound, "model folder {} does not exist", model);
 }
 
 Expected<GenerationConfig> generation_config(const ServeArgs& args, const std::string& model,
@@ -122,6 +152,41 @@ void on_signal(int sig) {
   (void)ignored;
 }
 
+// vLLM raises the open-file limit so that many clients can connect; so do we.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t want = std::min<rlim_t>(limit.rlim_max, 65535);
+  if (limit.rlim_cur >= want) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = want;
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    VLLM_LOG_DEBUG("open-file limit raised from {} to {}", before, want);
+  }
+}
+
+// Seconds from an environment variable (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE), or `fallback`.
+std::chrono::milliseconds env_seconds(const char* name, double fallback) {
+  double value = fallback;
+  if (const char* text = std::getenv(name)) {
+    char* end = nullptr;
+    const double parsed = std::strtod(text, &end);
+    if (end != text && *end == '\0' && parsed > 0) {
+      value = parsed;
+    } else {
+      VLLM_LOG_WARNING("{}={}: not a positive number of seconds; using {}", name, text, fallback);
+    }
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(value * 1000));
+}
+
+bool env_flag(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return false;
+  const std::string v(text);
+  return v == "1" || v == "true" || v == "True" || v == "TRUE";
+}
+
 void watch_signals(server::HttpServer* http) {
   char byte = 0;
   while (::read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
@@ -134,6 +199,35 @@ void watch_signals(server::HttpServer* http) {
 
 int run_serve(ServeArgs& args) {
   signal(SIGPIPE, SIG_IGN);  // a client that hung up is a failed write, not a dead server
+  warn_noop_flags(args.noop);
+  raise_open_file_limit();
+
+  server::CorsOptions cors;
+  cors.allow_credentials = args.allow_credentials;
+  for (auto [flag, text, list] :
+       {std::tuple{"--allowed-origins", &args.allowed_origins, &cors.allowed_origins},
+        std::tuple{"--allowed-methods", &args.allowed_methods, &cors.allowed_methods},
+        std::tuple{"--allowed-headers", &args.allowed_headers, &cors.allowed_headers}}) {
+    auto parsed = server::parse_cors_list(flag, *text);
+    if (!parsed) {
+      VLLM_LOG_ERROR("{}", parsed.status().message());
+      return 2;
+    }
+    *list = std::move(*parsed);
+  }
+  if (!args.root_path.empty() && (args.root_path.front() != '/' || args.root_path.back() == '/')) {
+    VLLM_LOG_ERROR("--root-path {}: must start with '/' and not end with one (e.g. /llm)",
+                   args.root_path);
+    return 2;
+  }
+  if (args.enable_log_outputs && !args.enable_log_requests) {
+    VLLM_LOG_ERROR("--enable-log-outputs requires --enable-log-requests");
+    return 2;
+  }
+  if (args.ssl_keyfile.empty() != args.ssl_certfile.empty()) {
+    VLLM_LOG_ERROR("TLS needs both --ssl-keyfile and --ssl-certfile");
+    return 2;
+  }
 
   auto model = resolve_model(args);
   if (!model) {
@@ -175,16 +269,34 @@ int run_serve(ServeArgs& args) {
     return 2;
   }
   std::unique_ptr<Tokenizer> tokenizer = std::move(loaded->tokenizer);
+  // As vLLM: with a reasoning parser, grammars apply once the reasoning has ended.
+  if (!args.reasoning_parser.empty() && tokenizer && loaded->core->structured_outputs()) {
+    if (auto end = tokenizer->token_to_id("</think>")) {
+      loaded->core->structured_outputs()->set_reasoning_tokens(tokenizer->token_to_id("<think>"),
+                                                               *end);
+    }
+  }
   auto client = std::make_unique<engine::EngineClient>(std::move(loaded->core));
+  // Test hook: VLLM_TEST_ENGINE_FAIL_AFTER_STEPS=N makes the engine's N-th step fail, which
+  // kills the engine (the end-to-end tests check /health and the exit status with it).
+  if (const char* fail = std::getenv("VLLM_TEST_ENGINE_FAIL_AFTER_STEPS")) {
+    const long steps = std::strtol(fail, nullptr, 10);
+    if (steps > 0) {
+      VLLM_LOG_WARNING("VLLM_TEST_ENGINE_FAIL_AFTER_STEPS={}: the engine will fail on purpose",
+                       steps);
+      client->fail_after_steps(steps);
+    }
+  }
 
   server::ServingOptions options;
+  const bool demo = args.model_positional.empty() && args.model.empty();
+  const std::string& given = !args.model_positional.empty() ? args.model_positional : args.model;
   options.served_model_names = args.served_model_names;
   if (options.served_model_names.empty()) {
     // As vLLM: the model argument as given; the demo model (none given) by its short name.
-    const bool demo = args.model_positional.empty() && args.model.empty();
-    options.served_model_names.push_back(demo ? std::string(kDefaultModelName) : *model);
+    options.served_model_names.push_back(demo ? std::string(kDefaultModelName) : given);
   }
-  options.model_root = *model;
+  options.model_root = demo ? *model : given;
   if (!args.tool_call_parser.empty()) options.tool_call_parser = args.tool_call_parser;
   options.enable_auto_tool_choice = args.enable_auto_tool_choice;
   options.enable_prompt_tokens_details = args.enable_prompt_tokens_details;
@@ -193,7 +305,18 @@ int run_serve(ServeArgs& args) {
   if (generation->max_new_tokens) {
     options.default_max_tokens = static_cast<int32_t>(*generation->max_new_tokens);
   }
+  options.log_requests = args.enable_log_requests;
+  options.log_options.max_log_len = args.max_log_len;
+  options.log_options.log_outputs = args.enable_log_outputs;
   server::ServerMetrics metrics(options.served_model_names.front(), client->max_model_len());
+  client->set_step_observer([&metrics](const engine::EngineClient::StepStats& step) {
+    metrics.record_iteration(step.num_prompt_tokens + step.num_generation_tokens);
+  });
+  // The engine outlives `metrics`: detach the observer first, however this function ends.
+  struct ObserverReset {
+    engine::EngineClient* client;
+    ~ObserverReset() { client->set_step_observer(nullptr); }
+  } observer_reset{client.get()};
   server::OpenAIServing serving(client.get(), tokenizer.get(), std::move(*chat_template),
                                 std::move(special_tokens), &metrics, options);
 
@@ -202,12 +325,26 @@ int run_serve(ServeArgs& args) {
   http_options.port = args.port;
   if (!args.api_key.empty()) http_options.api_key = args.api_key;
   http_options.max_request_bytes = args.max_request_bytes;
+  http_options.max_header_bytes = args.h11_max_incomplete_event_size;
+  http_options.max_header_count = args.h11_max_header_count;
   http_options.num_threads = args.http_threads;
+  http_options.keep_alive_timeout = env_seconds("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", 5.0);
+  http_options.request_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(args.http_request_timeout * 1000));
+  http_options.root_path = args.root_path;
+  http_options.cors = cors;
+  http_options.tls.keyfile = args.ssl_keyfile;
+  http_options.tls.certfile = args.ssl_certfile;
+  http_options.tls.ca_certs = args.ssl_ca_certs;
+  http_options.tls.cert_reqs = args.ssl_cert_reqs;
+  http_options.tls.ciphers = args.ssl_ciphers;
+  http_options.request_id_headers = args.enable_request_id_headers;
+  http_options.exit_on_engine_death = !env_flag("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH");
   server::HttpServer http(&serving, client.get(), &metrics, http_options);
   Status bound = http.bind();
   if (!bound.is_ok()) {
     VLLM_LOG_ERROR("{}", bound.to_string());
-    return 1;
+    return bound.code() == ErrorCode::kIoError ? 1 : 2;
   }
   if (::pipe(g_signal_pipe) != 0) {
     VLLM_LOG_ERROR("cannot create the signal pipe");
@@ -220,14 +357,20 @@ int run_serve(ServeArgs& args) {
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
   std::thread signals(watch_signals, &http);
-  VLLM_LOG_INFO("serving {} as '{}' (max_model_len {})", *model, options.served_model_names.front(),
-                client->max_model_len());
-  std::fprintf(stderr, "vllm serve: listening on http://%s:%d\n", args.host.c_str(), http.port());
+  VLLM_LOG_INFO("serving {} as '{}' (max_model_len {}, {} I/O threads)", *model,
+                options.served_model_names.front(), client->max_model_len(), http.num_io_threads());
+  std::fprintf(stderr, "vllm serve: listening on %s://%s:%d%s\n",
+               http_options.tls.enabled() ? "https" : "http", args.host.c_str(), http.port(),
+               args.root_path.c_str());
   std::fflush(stderr);
   http.run();
   const char quit = 'Q';
   if (::write(g_signal_pipe[1], &quit, 1) != 1) VLLM_LOG_WARNING("signal pipe write failed");
   signals.join();
+  if (client->dead()) {
+    VLLM_LOG_ERROR("server stopped: the engine died ({})", client->death_status().message());
+    return 1;
+  }
   VLLM_LOG_INFO("server stopped");
   return 0;
 }
@@ -260,10 +403,48 @@ Runner add_serve_command(CLI::App& app) {
                   "Largest request body (default 8 MiB; 413 above)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--http-threads", args->http_threads,
-                  "Concurrent connections served (default 256)")
-      ->check(CLI::Range(4, 4096));
+                  "I/O threads serving all connections (default: the cores, at most 4)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--http-request-timeout", args->http_request_timeout,
+                  "Seconds a request may take to arrive whole (default 60)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--h11-max-incomplete-event-size", args->h11_max_incomplete_event_size,
+                  "Largest request header block in bytes (default 4 MiB; 431 above)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--h11-max-header-count", args->h11_max_header_count,
+                  "Most header fields in a request (default 256; 431 above)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ssl-keyfile", args->ssl_keyfile, "TLS private key (PEM)");
+  cmd->add_option("--ssl-certfile", args->ssl_certfile, "TLS certificate chain (PEM)");
+  cmd->add_option("--ssl-ca-certs", args->ssl_ca_certs, "CA certificates to verify clients with");
+  cmd->add_option("--ssl-cert-reqs", args->ssl_cert_reqs,
+                  "Client certificates: 0 none (default), 1 optional, 2 required")
+      ->check(CLI::Range(0, 2));
+  cmd->add_option("--ssl-ciphers", args->ssl_ciphers, "TLS 1.2 cipher list (OpenSSL syntax)");
+  cmd->add_option("--allowed-origins", args->allowed_origins,
+                  "CORS: allowed origins, a JSON list (default [\"*\"])");
+  cmd->add_option("--allowed-methods", args->allowed_methods,
+                  "CORS: allowed methods, a JSON list (default [\"*\"])");
+  cmd->add_option("--allowed-headers", args->allowed_headers,
+                  "CORS: allowed headers, a JSON list (default [\"*\"])");
+  cmd->add_flag("--allow-credentials", args->allow_credentials, "CORS: allow credentials");
+  cmd->add_option("--root-path", args->root_path,
+                  "Path prefix the server sits under behind a proxy (e.g. /llm)");
+  cmd->add_flag("--enable-log-requests", args->enable_log_requests, "Log each request");
+  cmd->add_flag("--enable-log-outputs", args->enable_log_outputs,
+                "Log each response too (needs --enable-log-requests)");
+  cmd->add_option("--max-log-len", args->max_log_len,
+                  "Cut logged prompts, outputs and token lists to this length")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--enable-request-id-headers", args->enable_request_id_headers,
+                "Add X-Request-Id to responses");
+  cmd->add_option("--revision", args->revision,
+                  "Revision of a Hugging Face model id in the cache (default main)");
+  cmd->add_option("--download-dir", args->download_dir,
+                  "Hugging Face cache folder to find model ids in (default: HF_HOME's)");
   cmd->add_option("--seed", args->seed, "Engine random seed");
   add_engine_flags(cmd, &args->engine);
+  add_noop_flags(cmd, &args->noop);
   return [args] { return run_serve(*args); };
 }
 

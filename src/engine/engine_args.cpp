@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "model/model.h"
+#include "structured/vocab.h"
 
 namespace vllm::engine {
 
@@ -68,7 +69,15 @@ Expected<LoadedEngine> build_engine(const EngineArgs& args) {
   config.num_gpu_blocks_override = args.num_gpu_blocks_override;
   config.enable_prefix_caching = args.enable_prefix_caching;
   if (args.seed) config.seed = static_cast<uint64_t>(*args.seed);
-  auto core = EngineCore::create(std::move(*model), config, std::move(eos));
+  // Structured outputs work on the tokenizer's token bytes; the EOS ids end a grammar.
+  std::shared_ptr<const structured::TokenVocabulary> vocab;
+  if (out.tokenizer) {
+    auto v = structured::TokenVocabulary::from_tokenizer(
+        *out.tokenizer, static_cast<int32_t>((*model)->config().vocab_size), eos);
+    if (!v) return v.status().with_context("cannot read the tokenizer's vocabulary");
+    vocab = std::move(*v);
+  }
+  auto core = EngineCore::create(std::move(*model), config, std::move(eos), std::move(vocab));
   if (!core) return core.status().with_context("cannot start the engine");
   out.core = std::move(*core);
   return out;

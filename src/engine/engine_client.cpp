@@ -1,5 +1,6 @@
 #include "engine/engine_client.h"
 
+#include <exception>
 #include <utility>
 
 #include "base/logging.h"
@@ -14,6 +15,25 @@ void OutputStream::push(EngineCoreOutput output) {
     queue_.push_back(std::move(output));
   }
   cv_.notify_all();
+  call_notify();
+}
+
+void OutputStream::call_notify() {
+  std::lock_guard<std::mutex> lock(notify_mutex_);
+  if (notify_) notify_();
+}
+
+void OutputStream::set_notify(std::function<void()> notify) {
+  bool pending = false;
+  {
+    std::lock_guard<std::mutex> lock(notify_mutex_);
+    notify_ = std::move(notify);
+    if (notify_) {
+      std::lock_guard<std::mutex> queue_lock(mutex_);
+      pending = !queue_.empty() || finished_read_;
+    }
+  }
+  if (pending) call_notify();
 }
 
 void OutputStream::fail(const std::string& request_id, const Status& status) {
@@ -79,6 +99,7 @@ Expected<std::shared_ptr<OutputStream>> EngineClient::add_request(const std::str
 Expected<std::shared_ptr<OutputStream>> EngineClient::add_requests(
     std::vector<RequestSpec> requests) {
   if (requests.empty()) return make_error(ErrorCode::kInvalidArgument, "no requests to add");
+  if (dead()) return death_status();
   for (RequestSpec& r : requests) {
     Status valid = core_->validate_request(r.prompt_token_ids, r.params);
     if (!valid.is_ok()) return valid;
@@ -96,7 +117,8 @@ Expected<std::shared_ptr<OutputStream>> EngineClient::add_requests(
       }
     }
     for (RequestSpec& r : requests) {
-      streams_.emplace(r.request_id, stream);
+      streams_.emplace(r.request_id,
+                       StreamEntry{stream, static_cast<int64_t>(r.prompt_token_ids.size()), false});
       new_requests_.push_back(
           {std::move(r.request_id), std::move(r.prompt_token_ids), std::move(r.params)});
     }
@@ -131,6 +153,52 @@ EngineStats EngineClient::stats() const {
   return stats_;
 }
 
+Status EngineClient::death_status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return death_status_;
+}
+
+void EngineClient::set_step_observer(std::function<void(const StepStats&)> observer) {
+  std::lock_guard<std::mutex> lock(observer_mutex_);
+  step_observer_ = std::move(observer);
+}
+
+void EngineClient::fail_after_steps(int64_t n) {
+  fail_in_steps_.store(std::max<int64_t>(n, 1));
+}
+
+Expected<std::vector<EngineCoreOutput>> EngineClient::run_step() {
+  const int64_t left = fail_in_steps_.load();
+  if (left > 0 && fail_in_steps_.fetch_sub(1) == 1) {
+    return make_error(ErrorCode::kInternal, "engine step failed on purpose (test hook)");
+  }
+  try {
+    return core_->step();
+  } catch (const std::exception& e) {
+    return make_error(ErrorCode::kInternal, "engine step threw: {}", e.what());
+  } catch (...) {
+    return make_error(ErrorCode::kInternal, "engine step threw");
+  }
+}
+
+void EngineClient::die(const Status& status) {
+  VLLM_LOG_ERROR("the engine died: {}", status.to_string());
+  death_status_ = make_error(ErrorCode::kInternal,
+                             "the engine has stopped after an internal error ({}); see the "
+                             "server log",
+                             status.message());
+  dead_.store(true, std::memory_order_release);
+  for (auto& [id, entry] : streams_) {
+    EngineCoreOutput out;
+    out.request_id = id;
+    out.status = RequestStatus::kFinishedAborted;
+    entry.stream->push(std::move(out));
+  }
+  streams_.clear();
+  new_requests_.clear();
+  aborts_.clear();
+}
+
 void EngineClient::loop() {
   while (true) {
     std::deque<NewRequest> added;
@@ -151,43 +219,53 @@ void EngineClient::loop() {
         std::shared_ptr<OutputStream> stream;
         {
           std::lock_guard<std::mutex> lock(mutex_);
-          stream = streams_[r.request_id];
-          streams_.erase(r.request_id);
+          auto it = streams_.find(r.request_id);
+          if (it != streams_.end()) {
+            stream = it->second.stream;
+            streams_.erase(it);
+          }
         }
         if (stream) stream->fail(r.request_id, s);
       }
     }
     if (!aborted.empty()) core_->abort_requests(aborted);
-    auto outputs = core_->step();
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_ = core_->stats();
-    if (!outputs.has_value()) {
-      // An engine error is a bug; fail every request rather than hang their callers.
-      VLLM_LOG_ERROR("engine step failed: {}", outputs.status().to_string());
-      std::vector<std::string> ids;
-      for (auto& [id, stream] : streams_) {
-        stream->fail(id, outputs.status());
-        ids.push_back(id);
+    auto outputs = run_step();
+    StepStats step;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_ = core_->stats();
+      if (!outputs.has_value()) {
+        // A failed step leaves the engine in an unknown state: it is dead, as in vLLM.
+        die(outputs.status());
+        return;
       }
-      streams_.clear();
-      core_->abort_requests(ids);
-      continue;
+      for (EngineCoreOutput& o : *outputs) {
+        auto it = streams_.find(o.request_id);
+        if (it == streams_.end()) continue;
+        StreamEntry& entry = it->second;
+        if (!o.new_token_ids.empty()) {
+          step.num_generation_tokens += static_cast<int64_t>(o.new_token_ids.size());
+          if (!entry.has_output_tokens) step.num_prompt_tokens += entry.num_prompt_tokens;
+          entry.has_output_tokens = true;
+        }
+        const bool finished = o.finished();
+        entry.stream->push(std::move(o));
+        if (finished) streams_.erase(it);
+      }
     }
-    for (EngineCoreOutput& o : *outputs) {
-      auto it = streams_.find(o.request_id);
-      if (it == streams_.end()) continue;
-      const bool finished = o.finished();
-      it->second->push(std::move(o));
-      if (finished) streams_.erase(it);
+    // Outside the engine lock: an observer may take its time without holding up callers.
+    if (step.num_generation_tokens > 0) {
+      std::lock_guard<std::mutex> lock(observer_mutex_);
+      if (step_observer_) step_observer_(step);
     }
   }
   // Shutdown: whoever still waits gets an abort.
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [id, stream] : streams_) {
+  for (auto& [id, entry] : streams_) {
     EngineCoreOutput out;
     out.request_id = id;
     out.status = RequestStatus::kFinishedAborted;
-    stream->push(std::move(out));
+    entry.stream->push(std::move(out));
   }
   streams_.clear();
 }

@@ -5,11 +5,17 @@
 // steps while any request is unfinished and sleeps when there is nothing to do. Each request's
 // outputs go to its own OutputStream, which the caller reads (blocking, or with a timeout).
 // All mutable engine state stays on the engine thread.
+//
+// A failed step (the model errored, or threw) kills the engine, as vLLM's EngineDeadError:
+// every request in flight ends aborted, new ones are refused, and dead() stays true; the
+// server answers /health with 503 and exits non-zero.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,10 +43,20 @@ class OutputStream {
   std::optional<EngineCoreOutput> next();
   bool done() const;
 
+  // `notify` is called after each output arrives (on the engine thread), and at once if
+  // outputs are already waiting; it must return quickly and call neither this stream nor the
+  // engine client (an event loop posts a read instead). Null clears it; once set_notify returns,
+  // the previous notify is not running and is never called again.
+  void set_notify(std::function<void()> notify);
+
  private:
   friend class EngineClient;
   void push(EngineCoreOutput output);
   void fail(const std::string& request_id, const Status& status);
+  void call_notify();
+
+  std::mutex notify_mutex_;  // held while notify_ runs
+  std::function<void()> notify_;
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -88,14 +104,40 @@ class EngineClient {
   EngineStats stats() const;
   const ModelConfig& model_config() const { return model_config_; }
 
+  // True once a step has failed and the engine thread has stopped for good; death_status()
+  // says why.
+  bool dead() const { return dead_.load(std::memory_order_acquire); }
+  Status death_status() const;
+
+  // What one step produced, counted as vLLM's IterationStats counts it: the prompt tokens of
+  // requests whose first output token came in this step, and the output tokens.
+  struct StepStats {
+    int64_t num_prompt_tokens = 0;
+    int64_t num_generation_tokens = 0;
+  };
+  // Called on the engine thread after every step that produced output tokens; null clears
+  // (and waits for a call in progress to return).
+  void set_step_observer(std::function<void(const StepStats&)> observer);
+
+  // Test hook: the engine's `n`-th step from now (n >= 1) fails as if the model had
+  // errored, which kills the engine.
+  void fail_after_steps(int64_t n);
+
  private:
   struct NewRequest {
     std::string request_id;
     std::vector<int32_t> prompt;
     SamplingParams params;
   };
+  struct StreamEntry {
+    std::shared_ptr<OutputStream> stream;
+    int64_t num_prompt_tokens = 0;
+    bool has_output_tokens = false;
+  };
 
   void loop();
+  Expected<std::vector<EngineCoreOutput>> run_step();
+  void die(const Status& status);  // engine thread, mutex_ held
 
   std::unique_ptr<EngineCore> core_;
   ModelConfig model_config_;
@@ -104,10 +146,15 @@ class EngineClient {
   std::condition_variable cv_;
   std::deque<NewRequest> new_requests_;
   std::vector<std::string> aborts_;
-  std::unordered_map<std::string, std::shared_ptr<OutputStream>> streams_;
+  std::unordered_map<std::string, StreamEntry> streams_;
   EngineStats stats_;
   bool stop_ = false;
   bool paused_ = false;
+  std::atomic<bool> dead_{false};
+  Status death_status_;
+  std::atomic<int64_t> fail_in_steps_{0};
+  std::mutex observer_mutex_;  // held while step_observer_ runs
+  std::function<void(const StepStats&)> step_observer_;
   std::thread thread_;
 };
 

@@ -67,10 +67,11 @@ Expected<int32_t> size_state_snapshots(const ModelConfig& mc, const EngineConfig
 
 }  // namespace
 
-Expected<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> model,
-                                                         const EngineConfig& config,
-                                                         std::vector<int32_t> eos_token_ids) {
+Expected<std::unique_ptr<EngineCore>> EngineCore::create(
+    std::unique_ptr<Model> model, const EngineConfig& config, std::vector<int32_t> eos_token_ids,
+    std::shared_ptr<const structured::TokenVocabulary> vocab) {
   std::unique_ptr<EngineCore> core(new EngineCore());
+  if (vocab) core->structured_ = std::make_unique<StructuredOutputManager>(std::move(vocab));
   core->config_ = config;
   core->eos_token_ids_ = std::move(eos_token_ids);
   const ModelConfig& mc = model->config();
@@ -126,6 +127,22 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(std::unique_ptr<Model> 
   core->scheduler_ =
       std::make_unique<Scheduler>(sc, core->kv_.get(), core->state_slots_.get());
   core->runner_ = std::make_unique<ModelRunner>(core->model_.get(), std::move(cache), config.seed);
+  if (core->model_->context().is_cuda() && !config.enforce_eager) {
+    std::vector<int64_t> sizes = config.cuda_graph_sizes;
+    if (sizes.size() <= 1) {
+      const int64_t largest =
+          std::min<int64_t>(sizes.empty() ? sc.max_num_seqs : sizes.front(), sc.max_num_seqs);
+      sizes = default_graph_batch_sizes(largest);
+    }
+    if (Status s = core->runner_->capture_graphs(sizes, sc.max_model_len); !s.is_ok()) {
+      return s.with_context("capturing CUDA graphs (--enforce-eager runs without them)");
+    }
+    const DecodeGraphs& g = *core->runner_->graphs();
+    VLLM_LOG_INFO("CUDA graphs: {} decode batch sizes from {} to {} captured in {:.2f} s, {:.1f} "
+                  "MiB of device memory",
+                  g.sizes().size(), g.sizes().front(), g.sizes().back(), g.capture_seconds(),
+                  static_cast<double>(g.memory_bytes()) / (1 << 20));
+  }
   return core;
 }
 
@@ -148,6 +165,14 @@ Status EngineCore::validate_request(const std::vector<int32_t>& prompt,
   }
   params.normalize();
   VLLM_RETURN_IF_ERROR(params.validate(static_cast<int32_t>(mc.vocab_size)));
+  if (params.structured_outputs) {
+    if (structured_ == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "structured outputs need the model's tokenizer (tokenizer.json), which "
+                        "this engine was started without");
+    }
+    VLLM_RETURN_IF_ERROR(structured_->validate(*params.structured_outputs));
+  }
   // A request the whole cache cannot hold would wait forever: refuse it now.
   const auto prompt_len = static_cast<int64_t>(prompt.size());
   const int64_t max_tokens = params.max_tokens.has_value() ? *params.max_tokens : max_len - prompt_len;
@@ -168,9 +193,23 @@ Status EngineCore::add_request(const std::string& request_id, std::vector<int32_
   if (scheduler_->find(request_id) != nullptr) {
     return make_error(ErrorCode::kInvalidArgument, "request id {} is already in use", request_id);
   }
-  scheduler_->add_request(std::make_unique<Request>(request_id, std::move(prompt),
-                                                    std::move(params), eos_token_ids_,
-                                                    config_.block_size, arrival_time));
+  std::unique_ptr<structured::GrammarMatcher> grammar;
+  if (params.structured_outputs) {
+    auto matcher = structured_->make_matcher(*params.structured_outputs);
+    if (!matcher) return matcher.status().with_context("request " + request_id);
+    grammar = std::move(*matcher);
+  }
+  auto request = std::make_unique<Request>(request_id, std::move(prompt), std::move(params),
+                                           eos_token_ids_, config_.block_size, arrival_time);
+  if (grammar) {
+    if (auto end = structured_->reasoning_end_token()) {
+      request->reasoning_end_token = *end;
+      request->reasoning_ended = structured_->reasoning_ended_at(
+          request->prompt_token_ids(), request->params().structured_outputs->await_reasoning_end);
+    }
+  }
+  request->grammar = std::move(grammar);
+  scheduler_->add_request(std::move(request));
   return Status::ok();
 }
 
@@ -189,7 +228,10 @@ Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
     VLLM_PROFILE_SCOPE("step.schedule");
     scheduled = scheduler_->schedule();
   }
-  VLLM_ASSIGN_OR_RETURN(StepResult result, runner_->execute(scheduled));
+  // Grammar masks are computed on the manager's worker while the model runs.
+  std::unique_ptr<BitmaskJob> masks = structured_ ? structured_->start_bitmask(scheduled) : nullptr;
+  VLLM_ASSIGN_OR_RETURN(StepResult result, runner_->execute(scheduled, masks.get()));
+  masks.reset();
   std::vector<EngineCoreOutput> updates;
   {
     VLLM_PROFILE_SCOPE("step.update");
@@ -224,6 +266,7 @@ EngineStats EngineCore::stats() const {
     s.num_state_snapshots = snapshots->num_snapshots();
     s.num_reserved_state_snapshots = snapshots->num_reserved();
   }
+  if (const DecodeGraphs* graphs = runner_->graphs()) s.num_cuda_graph_steps = graphs->replays();
   return s;
 }
 

@@ -16,6 +16,7 @@
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/state_slot_pool.h"
+#include "engine/structured_output_manager.h"
 #include "model/model.h"
 
 namespace vllm::engine {
@@ -41,6 +42,11 @@ struct EngineConfig {
   std::optional<int32_t> num_mamba_snapshots_override;
   std::optional<int64_t> mamba_cache_interval;
   uint64_t seed = 0;
+  // CUDA: decode steps replay CUDA graphs (model/decode_graphs.h) unless enforce_eager.
+  // cuda_graph_sizes as vLLM's --cuda-graph-sizes: empty, the default ladder up to
+  // max_num_seqs; one value, the ladder up to it; several, exactly those batch sizes.
+  bool enforce_eager = false;
+  std::vector<int64_t> cuda_graph_sizes;
 };
 
 struct EngineStats {
@@ -59,17 +65,21 @@ struct EngineStats {
   int32_t state_snapshot_capacity = 0;
   int32_t num_state_snapshots = 0;           // committed
   int32_t num_reserved_state_snapshots = 0;  // being written by a step
+  int64_t num_cuda_graph_steps = 0;          // steps that replayed a CUDA graph, since start
 };
 
 class EngineCore {
  public:
   // eos_token_ids: the model's end-of-sequence ids (config.json and generation_config.json).
-  static Expected<std::unique_ptr<EngineCore>> create(std::unique_ptr<Model> model,
-                                                      const EngineConfig& config,
-                                                      std::vector<int32_t> eos_token_ids);
+  // `vocab` (the tokenizer's token bytes, with the EOS ids as stop tokens) enables structured
+  // outputs; without it requests with structured_outputs are refused.
+  static Expected<std::unique_ptr<EngineCore>> create(
+      std::unique_ptr<Model> model, const EngineConfig& config, std::vector<int32_t> eos_token_ids,
+      std::shared_ptr<const structured::TokenVocabulary> vocab = nullptr);
 
   // Validates and queues a request. kInvalidArgument for an empty prompt, a token id outside
-  // the vocabulary, a prompt longer than max_model_len, bad sampling values, a duplicate id.
+  // the vocabulary, a prompt longer than max_model_len, bad sampling values, a structured
+  // output constraint that does not compile, a duplicate id.
   Status add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
                      SamplingParams params, double arrival_time = 0.0);
   // The checks add_request makes, without queueing anything; normalizes `params`. Reads
@@ -88,6 +98,8 @@ class EngineCore {
 
   bool has_unfinished_requests() const { return scheduler_->has_unfinished_requests(); }
   EngineStats stats() const;
+  // Null unless created with a vocabulary.
+  StructuredOutputManager* structured_outputs() const { return structured_.get(); }
   const ModelConfig& model_config() const { return model_->config(); }
   const EngineConfig& config() const { return config_; }
 
@@ -101,6 +113,7 @@ class EngineCore {
   std::unique_ptr<StateSlotPool> state_slots_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<StructuredOutputManager> structured_;
   std::vector<EngineCoreOutput> pending_;  // aborts, delivered by the next step
   int64_t prefix_cache_queries_ = 0;
   int64_t prefix_cache_hits_ = 0;

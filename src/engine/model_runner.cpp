@@ -1,9 +1,12 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "base/profile.h"
+#include "ops/graph.h"
+
 #include "ops/ops.h"
 #include "model/state_copy.h"
 
@@ -22,6 +25,7 @@ ModelRunner::ModelRunner(Model* model, ModelCache cache, uint64_t seed)
     : model_(model), cache_(std::move(cache)), sampler_(seed) {
   // Sampling of GPU logits queues after the model's work on its stream.
   sampler_.set_device_stream(model_->context().stream);
+  if (const char* step = std::getenv("VLLM_CUDA_PROFILE_STEP")) profile_step_ = std::atoll(step);
 }
 
 ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
@@ -90,11 +94,27 @@ Expected<Tensor> ModelRunner::gather_sample_rows(const Tensor& logits,
   return out;
 }
 
-Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
+Status ModelRunner::capture_graphs(const std::vector<int64_t>& sizes, int64_t max_model_len) {
+  graphs_.reset();
+  VLLM_ASSIGN_OR_RETURN(graphs_, DecodeGraphs::capture(*model_, cache_, sizes, max_model_len));
+  return Status::ok();
+}
+
+Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output,
+                                          BitmaskJob* grammar_masks) {
   StepResult result;
   result.prompt_logprobs.resize(output.requests.size());
   if (output.empty()) return result;
   VLLM_PROFILE_SCOPE("step.execute");
+  const bool profiled = steps_++ == profile_step_;
+  if (profiled) device_profiler_start();
+  Expected<StepResult> done = run_step(output, std::move(result), grammar_masks);
+  if (profiled) device_profiler_stop();
+  return done;
+}
+
+Expected<StepResult> ModelRunner::run_step(const SchedulerOutput& output, StepResult result,
+                                           BitmaskJob* grammar_masks) {
   std::vector<std::vector<int64_t>> prompt_rows;
   ForwardBatch batch;
   {
@@ -107,10 +127,16 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
   Tensor logits;
   {
     VLLM_PROFILE_SCOPE("step.forward");
-    VLLM_ASSIGN_OR_RETURN(logits, model_->forward(batch, cache_));
+    if (graphs_ && graphs_->covers(batch)) {
+      VLLM_ASSIGN_OR_RETURN(logits, graphs_->run(batch));
+    } else {
+      VLLM_ASSIGN_OR_RETURN(logits, model_->forward(batch, cache_));
+    }
   }
   VLLM_RETURN_IF_ERROR(
       copy_state_slots(model_->context(), cache_, output.state_saves.src_slots, output.state_saves.dst_slots));
+  // The grammar masks were computed while the forward pass ran (on a GPU it is still queued).
+  const GrammarBitmask* masks = grammar_masks != nullptr ? &grammar_masks->wait() : nullptr;
 
   std::vector<SamplingRequestState> states;
   std::vector<int64_t> sample_rows;
@@ -140,6 +166,7 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output) {
       state.prompt_token_ids = req.prompt_token_ids();
       state.output_token_ids = req.output_token_ids();
       state.eos_token_ids = req.eos_token_ids();
+      if (masks != nullptr) state.allowed_token_bitmask = masks->mask_of(r);
       states.push_back(state);
       sample_rows.push_back(row++);
     }

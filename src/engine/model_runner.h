@@ -14,6 +14,8 @@
 #include "base/status.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/structured_output_manager.h"
+#include "model/decode_graphs.h"
 #include "model/model.h"
 
 namespace vllm::engine {
@@ -27,11 +29,20 @@ class ModelRunner {
  public:
   ModelRunner(Model* model, ModelCache cache, uint64_t seed);
 
-  Expected<StepResult> execute(const SchedulerOutput& output);
+  // `grammar_masks` (may be null): the step's structured-output bitmasks, waited for after
+  // the forward pass and applied by the sampler.
+  Expected<StepResult> execute(const SchedulerOutput& output, BitmaskJob* grammar_masks = nullptr);
+
+  // Captures CUDA graphs for decode steps of up to the largest of `sizes` requests
+  // (decode_graphs.h); later decode steps they cover replay them.
+  Status capture_graphs(const std::vector<int64_t>& sizes, int64_t max_model_len);
+  const DecodeGraphs* graphs() const { return graphs_.get(); }
 
   const ModelCache& cache() const { return cache_; }
 
  private:
+  Expected<StepResult> run_step(const SchedulerOutput& output, StepResult result,
+                                BitmaskJob* grammar_masks);
   ForwardBatch prepare_inputs(const SchedulerOutput& output,
                               std::vector<std::vector<int64_t>>* prompt_rows) const;
   // The logits rows that sample, in order (a view when they are all the rows).
@@ -40,6 +51,10 @@ class ModelRunner {
   Model* model_;
   ModelCache cache_;
   Sampler sampler_;
+  std::unique_ptr<DecodeGraphs> graphs_;
+  // VLLM_CUDA_PROFILE_STEP=N: step N (from 0) runs between device_profiler_start / stop.
+  int64_t profile_step_ = -1;
+  int64_t steps_ = 0;
 };
 
 }  // namespace vllm::engine

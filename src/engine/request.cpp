@@ -7,7 +7,7 @@ namespace vllm::engine {
 bool is_finished(RequestStatus status) {
   return status == RequestStatus::kFinishedStopped ||
          status == RequestStatus::kFinishedLengthCapped ||
-         status == RequestStatus::kFinishedAborted;
+         status == RequestStatus::kFinishedAborted || status == RequestStatus::kFinishedError;
 }
 
 std::string_view finish_reason(RequestStatus status) {
@@ -15,6 +15,7 @@ std::string_view finish_reason(RequestStatus status) {
     case RequestStatus::kFinishedStopped: return "stop";
     case RequestStatus::kFinishedLengthCapped: return "length";
     case RequestStatus::kFinishedAborted: return "abort";
+    case RequestStatus::kFinishedError: return "error";
     default: return "";
   }
 }

@@ -6,7 +6,9 @@
 // num_computed_tokens reset to 0: it is recomputed from scratch when rescheduled).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,6 +20,7 @@
 #include "engine/sampling_ops.h"
 #include "engine/sampling_params.h"
 #include "engine/state_snapshot_policy.h"
+#include "structured/matcher.h"
 
 namespace vllm::engine {
 
@@ -28,11 +31,28 @@ enum class RequestStatus {
   kFinishedStopped,        // EOS, a stop token id, or a stop string
   kFinishedLengthCapped,   // max_tokens or max_model_len reached
   kFinishedAborted,        // the client went away or asked to abort
+  kFinishedError,          // cannot continue: its grammar allows no token (structured outputs)
 };
 
 bool is_finished(RequestStatus status);
-// OpenAI finish_reason: "stop", "length", "abort"; empty while unfinished.
+// OpenAI finish_reason: "stop", "length", "abort", "error" (vLLM's FinishReason.ERROR);
+// empty while unfinished.
 std::string_view finish_reason(RequestStatus status);
+
+// What happened to a request and when (vLLM's EngineCoreEvent): queued on arrival, scheduled
+// each time it is admitted from the waiting queue, preempted. They ride along with the
+// request's next output; the server derives its queue / prefill / decode time metrics from
+// them. Timestamps are monotonic_seconds().
+enum class EngineCoreEventType { kQueued, kScheduled, kPreempted };
+struct EngineCoreEvent {
+  EngineCoreEventType type = EngineCoreEventType::kQueued;
+  double timestamp = 0.0;
+};
+
+// Seconds on the steady clock, the time base of EngineCoreEvent.
+inline double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 class Request {
  public:
@@ -74,6 +94,16 @@ class Request {
   std::optional<int32_t> stop_token;  // the EOS / stop token id that finished it, if any
   // Prompt logprobs, filled while the prompt is computed (when params ask for them).
   std::vector<TokenLogprobs> prompt_logprobs;
+  // Structured outputs: the request's position in its grammar (null without one). Masks
+  // come from it before sampling; each sampled token advances it.
+  std::unique_ptr<structured::GrammarMatcher> grammar;
+  // With a reasoning model the grammar waits until the reasoning has ended (vLLM's
+  // reasoning_ended); always true otherwise.
+  bool reasoning_ended = true;
+  int32_t reasoning_end_token = -1;  // the token that ends reasoning ("</think>")
+  // Events not yet handed out with an output.
+  std::vector<EngineCoreEvent> events;
+  void record_event(EngineCoreEventType type) { events.push_back({type, monotonic_seconds()}); }
   // Hybrid models (state_snapshot_policy.h): the shared-prefix junction found at admission
   // (0: none) and the request's latest output snapshot, demoted when a newer one is saved.
   int64_t snapshot_junction = 0;

@@ -57,6 +57,12 @@ SampleResult sample_row(std::span<const float> raw_logits, const SamplingRequest
   }
   std::vector<float> logits(raw_logits.begin(), raw_logits.end());
   const std::span<float> row(logits);
+  std::vector<float> masked;
+  if (!request.allowed_token_bitmask.empty()) {
+    apply_token_bitmask(row, request.allowed_token_bitmask);
+    masked = logits;
+    raw_logits = masked;
+  }
 
   // Processors that can change the argmax, then penalties (vLLM's apply_logits_processors).
   apply_min_tokens(row, params.min_tokens, request.output_token_ids.size(), params.stop_token_ids,

@@ -1,6 +1,8 @@
 // Sampler: turns the logits of the rows that sample into next tokens, one per request.
 //
 // vLLM V1's order (vllm/v1/sample/sampler.py), per row:
+//   0. the structured-output bitmask, which vLLM applies to the logits before the sampler
+//      (so masked tokens are -inf in the returned logprobs too)
 //   1. logprobs of the raw logits are what is returned (logprobs_mode "raw_logprobs")
 //   2. min_tokens: EOS and stop_token_ids masked while fewer than min_tokens generated
 //   3. logit_bias
@@ -38,6 +40,9 @@ struct SamplingRequestState {
   // The model's EOS ids (config eos plus generation_config's), masked with stop_token_ids
   // until min_tokens is reached -- also under ignore_eos, as vLLM does.
   std::span<const int32_t> eos_token_ids;
+  // Structured outputs: the tokens the request's grammar allows, one bit per token (bit
+  // id % 32 of word id / 32). Empty: every token is allowed.
+  std::span<const uint32_t> allowed_token_bitmask;
 };
 
 // One sampled token: token_id, its raw logprob and rank always; top-N when
@@ -56,7 +61,9 @@ class Sampler {
   // logits F32 [num_rows, vocab_size] (rows may be strided; the vocab dim is contiguous),
   // one row per entry of `requests`, in the same order. Each params must have passed
   // validate(vocab_size). Logits on the CPU are sampled here; in CUDA builds, logits on a
-  // GPU are sampled there with the same draws, and only the results come back.
+  // GPU are sampled there with the same draws, and only the results come back. GPU logits
+  // rows with an allowed_token_bitmask are masked on the device, in place (they are left
+  // masked); CPU logits are not changed.
   std::vector<SampleResult> sample(const Tensor& logits,
                                    std::span<const SamplingRequestState> requests);
 

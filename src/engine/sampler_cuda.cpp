@@ -2,13 +2,16 @@
 // token history into cuda::SamplingRow (the kernel's plain parameters, with the same
 // float/double conversions the CPU steps make) and runs cuda::DeviceSampler. Rows asking
 // for more logprobs than the device computes (-1: the whole vocabulary) get their token on
-// the device and their logprobs from that one row copied to the host.
+// the device and their logprobs from that one row copied to the host. Rows with a
+// structured-output bitmask have it applied on the device first, in place in the logits
+// (cuda::TokenBitmaskApplier), so their logprobs are of the masked logits, as on the CPU.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/sampling.cuh"
+#include "backend/cuda/token_bitmask.cuh"
 #include "engine/sampler_device.h"
 
 namespace vllm {
@@ -44,6 +47,7 @@ class CudaRowSampler final : public DeviceRowSampler {
                      created.status().to_string());
       sampler_ = std::move(created).value();
     }
+    apply_bitmasks(logits, requests);
     pack(requests, draws, vocab);
     const Status status = sampler_->sample(logits, rows_, sampled_, stream_);
     VLLM_CHECK_MSG(status.is_ok(), "Sampler::sample on {}: {}", device_.to_string(),
@@ -121,6 +125,22 @@ class CudaRowSampler final : public DeviceRowSampler {
     }
   }
 
+  // Structured outputs: disallowed tokens -> -inf on the device, queued before the sampler
+  // on the same stream.
+  void apply_bitmasks(const Tensor& logits, std::span<const SamplingRequestState> requests) {
+    bitmasks_.clear();
+    for (size_t r = 0; r < requests.size(); ++r) {
+      if (!requests[r].allowed_token_bitmask.empty()) {
+        bitmasks_.push_back({static_cast<int64_t>(r), requests[r].allowed_token_bitmask});
+      }
+    }
+    if (bitmasks_.empty()) return;
+    if (!bitmask_applier_) bitmask_applier_ = std::make_unique<cuda::TokenBitmaskApplier>(device_);
+    const Status status = bitmask_applier_->apply(logits, bitmasks_, stream_);
+    VLLM_CHECK_MSG(status.is_ok(), "Sampler::sample on {}: grammar bitmasks: {}",
+                   device_.to_string(), status.to_string());
+  }
+
   // One entry per distinct token: in the prompt (only needed for the repetition penalty)
   // and its count among the generated tokens.
   void add_penalty_tokens(const SamplingRequestState& request, int64_t vocab) {
@@ -161,6 +181,8 @@ class CudaRowSampler final : public DeviceRowSampler {
   Device device_;
   cudaStream_t stream_;
   std::unique_ptr<cuda::DeviceSampler> sampler_;
+  std::unique_ptr<cuda::TokenBitmaskApplier> bitmask_applier_;  // at the first masked row
+  std::vector<cuda::RowBitmask> bitmasks_;
   // Per-step scratch, kept to avoid reallocating.
   std::vector<cuda::SamplingRow> rows_;
   std::vector<RowLists> lists_;

@@ -53,6 +53,24 @@ uint64_t mix64(uint64_t z) {
 
 }  // namespace
 
+void apply_token_bitmask(std::span<float> logits, std::span<const uint32_t> bitmask) {
+  const size_t covered = std::min(logits.size(), bitmask.size() * 32);
+  for (size_t w = 0; w * 32 < covered; ++w) {
+    const uint32_t bits = bitmask[w];
+    if (bits == 0xFFFFFFFFu) continue;
+    const size_t end = std::min(covered, w * 32 + 32);
+    if (bits == 0) {  // most words of a grammar's mask
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(w * 32),
+                logits.begin() + static_cast<std::ptrdiff_t>(end), kNegInf);
+      continue;
+    }
+    for (size_t i = w * 32; i < end; ++i) {
+      if (!((bits >> (i % 32)) & 1u)) logits[i] = kNegInf;
+    }
+  }
+  for (size_t i = covered; i < logits.size(); ++i) logits[i] = kNegInf;
+}
+
 void apply_min_tokens(std::span<float> logits, int32_t min_tokens, size_t num_generated,
                       std::span<const int32_t> stop_ids, std::span<const int32_t> eos_ids) {
   if (min_tokens <= 0 || num_generated >= static_cast<size_t>(min_tokens)) return;

@@ -25,6 +25,10 @@ struct TokenLogprobs {
   std::vector<float> top_logprobs;
 };
 
+// Structured outputs: sets the logit of every token whose bit is clear in `bitmask` to -inf
+// (bit id % 32 of word id / 32; tokens past the mask's end are masked too).
+void apply_token_bitmask(std::span<float> logits, std::span<const uint32_t> bitmask);
+
 // Sets the logits of `stop_ids` and `eos_ids` to -inf while num_generated < min_tokens.
 void apply_min_tokens(std::span<float> logits, int32_t min_tokens, size_t num_generated,
                       std::span<const int32_t> stop_ids, std::span<const int32_t> eos_ids);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "structured/structured_outputs.h"
 
 namespace vllm {
 
@@ -48,6 +49,9 @@ struct SamplingParams {
   bool spaces_between_special_tokens = true;
   bool include_stop_str_in_output = false;
   std::map<int32_t, float> logit_bias;  // token id -> added to its logit
+  // Structured outputs (vLLM's StructuredOutputsParams): the output must match a JSON
+  // Schema, regex, choice or grammar. Compiled and checked by the engine.
+  std::optional<structured::StructuredOutputsParams> structured_outputs;
 
   bool is_greedy() const { return temperature < kSamplingEps; }
   bool has_penalties() const {
@@ -70,7 +74,9 @@ struct SamplingParams {
   // stop (string or list), stop_token_ids, ignore_eos, max_tokens (chat's
   // max_completion_tokens wins when both are set), min_tokens, logprobs (an integer, or
   // chat's boolean: true takes top_logprobs, default 0; false = none), prompt_logprobs,
-  // skip_special_tokens, spaces_between_special_tokens, include_stop_str_in_output.
+  // skip_special_tokens, spaces_between_special_tokens, include_stop_str_in_output,
+  // structured_outputs and its older names guided_json / guided_regex / guided_choice /
+  // guided_grammar / guided_whitespace_pattern (structured/structured_outputs.h).
   // Absent or null fields keep `defaults`: the caller puts the API's defaults there (chat:
   // max_tokens none) and the model's generation_config ones. Other fields are ignored. A
   // wrong type is kInvalidArgument naming the field ("'top_k' must be an integer, got

@@ -15,6 +15,7 @@
 
 #include "base/json_util.h"
 #include "engine/sampling_params.h"
+#include "structured/structured_outputs.h"
 
 namespace vllm {
 namespace {
@@ -240,6 +241,8 @@ Expected<SamplingParams> SamplingParams::from_json(const json& request,
   VLLM_RETURN_IF_ERROR(
       read_bool(request, "include_stop_str_in_output", &params.include_stop_str_in_output));
   VLLM_RETURN_IF_ERROR(read_logit_bias(request, &params.logit_bias));
+  VLLM_ASSIGN_OR_RETURN(auto structured, structured::parse_structured_outputs(request, false));
+  if (structured) params.structured_outputs = std::move(*structured);
   params.normalize();
   return params;
 }

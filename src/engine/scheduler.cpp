@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/logging.h"
 #include "base/status.h"
 
 namespace vllm::engine {
@@ -29,6 +30,7 @@ void Scheduler::add_request(std::unique_ptr<Request> request) {
                  raw->request_id());
   requests_.emplace(raw->request_id(), std::move(request));
   waiting_.push_back(raw);
+  raw->record_event(EngineCoreEventType::kQueued);
 }
 
 Request* Scheduler::find(std::string_view request_id) {
@@ -42,6 +44,7 @@ void Scheduler::preempt(Request* request) {
   request->status = RequestStatus::kPreempted;
   request->num_computed_tokens = 0;
   request->num_preemptions += 1;
+  request->record_event(EngineCoreEventType::kPreempted);
   ++num_preemptions_;
   waiting_.push_front(request);
 }
@@ -156,6 +159,7 @@ SchedulerOutput Scheduler::schedule() {
     waiting_.pop_front();
     running_.push_back(req);
     req->status = RequestStatus::kRunning;
+    req->record_event(EngineCoreEventType::kScheduled);
     req->num_computed_tokens = hit.num_computed_tokens;
     if (req->num_cached_tokens < 0) req->num_cached_tokens = hit.num_computed_tokens;
     if (hit.state_snapshot_slot.has_value()) {
@@ -180,6 +184,10 @@ bool Scheduler::check_stop(Request* req) {
                                  : config_.max_model_len - req->num_prompt_tokens();
   if (req->num_tokens() >= config_.max_model_len || req->num_output_tokens() >= max_tokens) {
     req->status = RequestStatus::kFinishedLengthCapped;
+    return true;
+  }
+  if (req->grammar && req->grammar->is_terminated()) {  // its grammar accepted an EOS token
+    req->status = RequestStatus::kFinishedStopped;
     return true;
   }
   if (req->num_output_tokens() < params.min_tokens) return false;
@@ -219,6 +227,22 @@ std::vector<EngineCoreOutput> Scheduler::update_from_output(
     if (s.samples) {
       VLLM_CHECK(next_sample < sampled.size());
       const TokenLogprobs& token = sampled[next_sample++];
+      if (req->grammar && !req->reasoning_ended) {
+        // Still reasoning: the grammar starts after the token that ends it.
+        req->reasoning_ended = token.token_id == req->reasoning_end_token;
+      } else if (req->grammar && !req->grammar->accept_token(token.token_id)) {
+        // Its grammar allowed no token at this point (the mask was empty): the request
+        // cannot continue. The token is not part of the output.
+        VLLM_LOG_WARNING("request {}: its structured output grammar allows no token after {} "
+                      "output tokens; finishing it with finish_reason \"error\"",
+                      req->request_id(), req->num_output_tokens());
+        req->status = RequestStatus::kFinishedError;
+        o.status = req->status;
+        running_.erase(std::find(running_.begin(), running_.end(), req));
+        free_request(req);
+        outputs.push_back(std::move(o));
+        continue;
+      }
       req->append_output_token(token);
       o.new_token_ids.push_back(token.token_id);
       o.new_logprobs.push_back(token);  // the chosen token's logprob always; top-N when asked
@@ -230,6 +254,8 @@ std::vector<EngineCoreOutput> Scheduler::update_from_output(
       }
     }
     if (o.new_token_ids.empty() && o.prompt_logprobs.empty()) continue;
+    o.events = std::move(req->events);
+    req->events.clear();
     outputs.push_back(std::move(o));
   }
   VLLM_CHECK_MSG(next_sample == sampled.size(), "{} samples for {} sampling requests",
@@ -258,6 +284,7 @@ std::vector<EngineCoreOutput> Scheduler::finish_requests(std::span<const std::st
     EngineCoreOutput o;
     o.request_id = id;
     o.status = status;
+    o.events = std::move(req->events);
     outputs.push_back(std::move(o));
     requests_.erase(it);
   }

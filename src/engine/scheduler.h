@@ -86,6 +86,7 @@ struct EngineCoreOutput {
   RequestStatus status = RequestStatus::kRunning;
   std::optional<int32_t> stop_token;  // the stop / EOS token that finished it
   int64_t num_cached_tokens = 0;
+  std::vector<EngineCoreEvent> events;  // since the request's previous output
 
   bool finished() const { return is_finished(status); }
 };

@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "loader/hf_config.h"
 #include "model/forward_batch.h"
+#include "model/step_inputs.h"
 #include "ops/exec_context.h"
 #include "tensor/tensor.h"
 
@@ -58,8 +59,18 @@ class Model {
   virtual Expected<ModelCache> create_cache(const CacheConfig& config) const = 0;
   // Logits F32 [batch.logits_indices.size(), vocab_size] on the model's device. On CUDA they
   // live in the runtime's workspace: valid until the next forward. The batch's tensors may
-  // be on the host; they are copied to the device here.
-  virtual Expected<Tensor> forward(const ForwardBatch& batch, ModelCache& cache) = 0;
+  // be on the host; they are copied to the device here. Checks the cache, resets the
+  // workspace, prepares the inputs (prepare_step), zeroes the GDN state of requests that
+  // start at position 0, then runs compute().
+  Expected<Tensor> forward(const ForwardBatch& batch, ModelCache& cache);
+
+  // The device work of one step over prepared inputs: ops queued on the context's stream
+  // and scratch from its workspace only -- no host synchronisation, no allocation, no
+  // decision on values that live on the device -- so a CUDA graph can capture it and replay
+  // it with new inputs in the same buffers (model/decode_graphs.h). Logits as forward().
+  virtual Expected<Tensor> compute(const StepInputs& in, ModelCache& cache) = 0;
+  // kInvalidArgument unless `cache` has this model's cache tensors (create_cache's shape).
+  virtual Status check_cache(const ModelCache& cache) const = 0;
 
   // The device resources the model runs on (its stream, workspace and GEMM handle); the
   // engine samples on the same context.

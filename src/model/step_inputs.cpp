@@ -28,6 +28,29 @@ Expected<Tensor> place(const ExecContext& ctx, const Tensor& t, const char* name
 
 }  // namespace
 
+Status check_state_indices(std::span<const int32_t> state_indices, int64_t requests,
+                           int64_t num_state_slots) {
+  if (static_cast<int64_t>(state_indices.size()) != requests) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "state_indices has {} entries for {} requests; hybrid models need one GDN "
+                      "state slot per request",
+                      state_indices.size(), requests);
+  }
+  for (int64_t r = 0; r < requests; ++r) {
+    const int32_t slot = state_indices[static_cast<size_t>(r)];
+    if (slot < 0 || slot >= num_state_slots) {
+      return make_error(ErrorCode::kOutOfRange, "state_indices[{}] = {} outside the {} state slots",
+                        r, slot, num_state_slots);
+    }
+  }
+  std::vector<int32_t> sorted(state_indices.begin(), state_indices.end());
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return make_error(ErrorCode::kInvalidArgument, "state_indices must be distinct within a batch");
+  }
+  return Status::ok();
+}
+
 Expected<StepInputs> prepare_step(const ExecContext& ctx, const ForwardBatch& batch,
                                   int64_t num_state_slots) {
   const int64_t tokens = batch.num_tokens(), requests = batch.num_requests();
@@ -61,30 +84,14 @@ Expected<StepInputs> prepare_step(const ExecContext& ctx, const ForwardBatch& ba
     }
   }
   if (num_state_slots > 0) {
-    if (static_cast<int64_t>(batch.state_indices.size()) != requests) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "state_indices has {} entries for {} requests; hybrid models need one GDN "
-                        "state slot per request",
-                        batch.state_indices.size(), requests);
-    }
+    VLLM_RETURN_IF_ERROR(check_state_indices(batch.state_indices, requests, num_state_slots));
     for (int64_t r = 0; r < requests; ++r) {
       const int32_t slot = batch.state_indices[static_cast<size_t>(r)];
-      if (slot < 0 || slot >= num_state_slots) {
-        return make_error(ErrorCode::kOutOfRange,
-                          "state_indices[{}] = {} outside the {} state slots", r, slot,
-                          num_state_slots);
-      }
       // A request whose first scheduled token is position 0 starts from zeroed state.
       if (batch.seq_lens[static_cast<size_t>(r)] ==
           batch.query_start_loc[r + 1] - batch.query_start_loc[r]) {
         reset.push_back(slot);
       }
-    }
-    std::vector<int32_t> sorted = batch.state_indices;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "state_indices must be distinct within a batch");
     }
   }
   l.query_start_loc = batch.query_start_loc;

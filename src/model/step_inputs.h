@@ -3,6 +3,7 @@
 // forward pass (model code never touches host vectors after this).
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -29,6 +30,11 @@ struct StepInputs {
 // request, seq_len >= query length, slots in range when `num_state_slots` > 0) and copies
 // what the device needs into the context's workspace. `batch` must outlive the result (the
 // layout's host spans point into it).
+// kInvalidArgument / kOutOfRange unless `state_indices` holds one distinct slot in
+// [0, num_state_slots) per request.
+Status check_state_indices(std::span<const int32_t> state_indices, int64_t requests,
+                           int64_t num_state_slots);
+
 Expected<StepInputs> prepare_step(const ExecContext& ctx, const ForwardBatch& batch,
                                   int64_t num_state_slots);
 

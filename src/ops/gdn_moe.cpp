@@ -1,4 +1,6 @@
 // Gated DeltaNet and mixture-of-experts ops of the op layer (ops.h).
+#include <cmath>
+
 #include "backend/cpu/gates.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/moe.h"
@@ -93,15 +95,41 @@ Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
 }
 
 Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t top_k,
-                 bool renormalize, Tensor& topk_weights, Tensor& topk_ids) {
+                 bool renormalize, Tensor& topk_weights, Tensor& topk_ids, bool shared_slot) {
   VLLM_PROFILE_SCOPE("moe_route");
   if (topk_weights.device().is_cpu()) {
-    return cpu::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids);
+    if (!shared_slot) {
+      return cpu::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids);
+    }
+    const int64_t tokens = router_logits.size(0), experts = router_logits.size(1) - 1;
+    if (router_logits.ndim() != 2 || experts < 1 || topk_weights.ndim() != 2 ||
+        topk_weights.size(1) != top_k + 1 || topk_ids.shape() != topk_weights.shape() ||
+        !topk_weights.is_contiguous() || !topk_ids.is_contiguous()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "moe_route with a shared slot: router_logits {} must be [T, E + 1] and "
+                        "topk_weights {} / topk_ids {} contiguous [T, top_k + 1]",
+                        router_logits.to_string(), topk_weights.to_string(), topk_ids.to_string());
+    }
+    VLLM_ASSIGN_OR_RETURN(Tensor logits, detail::contiguous(ctx, router_logits));
+    Tensor w = Tensor::empty({tokens, top_k}, DType::kF32);
+    Tensor ids = Tensor::empty({tokens, top_k}, DType::kI64);
+    VLLM_RETURN_IF_ERROR(
+        cpu::moe_route(logits.slice(1, 0, experts), top_k, renormalize, w, ids));
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t i = 0; i < top_k; ++i) {
+        topk_weights.data<float>()[t * (top_k + 1) + i] = w.data<float>()[t * top_k + i];
+        topk_ids.data<int64_t>()[t * (top_k + 1) + i] = ids.data<int64_t>()[t * top_k + i];
+      }
+      const float gate = logits.data<float>()[t * (experts + 1) + experts];
+      topk_weights.data<float>()[t * (top_k + 1) + top_k] = 1.0f / (1.0f + std::exp(-gate));
+      topk_ids.data<int64_t>()[t * (top_k + 1) + top_k] = experts;
+    }
+    return Status::ok();
   }
 #if VLLM_WITH_CUDA
   if (topk_weights.device().is_cuda()) {
     return cuda::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids,
-                           stream(ctx));
+                           stream(ctx), shared_slot);
   }
 #endif
   return unsupported("moe_route", topk_weights);

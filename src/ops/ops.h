@@ -113,8 +113,12 @@ Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
 // ---- Mixture of experts ---------------------------------------------------------------------
 
 // router_logits F32 [T, E] (row stride allowed) -> topk_weights F32 [T, k], topk_ids I64 [T, k].
+// shared_slot: router_logits [T, E + 1] ends with the shared expert's gate logit, and the
+// outputs [T, k + 1] end with the shared expert as expert E, weight sigmoid(gate logit)
+// (cuda::moe_route); moe_experts then needs the shared expert stacked as expert E.
 Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t top_k,
-                 bool renormalize, Tensor& topk_weights, Tensor& topk_ids);
+                 bool renormalize, Tensor& topk_weights, Tensor& topk_ids,
+                 bool shared_slot = false);
 
 // A layer's experts, stacked: the layout the model keeps on every device.
 struct MoeWeights {

@@ -12,6 +12,10 @@ size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 Status Workspace::reserve(size_t bytes) {
   bytes = align_up(bytes, kAlignment);
   if (capacity() >= bytes) return Status::ok();
+  if (pinned_) {
+    return make_error(ErrorCode::kResourceExhausted,
+                      "workspace: cannot grow to {} bytes once CUDA graphs point into it", bytes);
+  }
   // The old arena stays alive as long as a tensor still borrows from it.
   arena_.reset();
   VLLM_ASSIGN_OR_RETURN(arena_, Storage::allocate(bytes, device_));
@@ -21,7 +25,7 @@ Status Workspace::reserve(size_t bytes) {
 Status Workspace::reset() {
   overflow_.clear();
   used_ = 0;
-  if (high_water_ > capacity() && !frozen_) return reserve(high_water_);
+  if (high_water_ > capacity() && !frozen_ && !pinned_) return reserve(high_water_);
   return Status::ok();
 }
 

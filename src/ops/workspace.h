@@ -42,6 +42,14 @@ class Workspace {
 
   // While frozen, an allocation past the arena is an error instead of an overflow.
   void freeze(bool frozen) { frozen_ = frozen; }
+  // Once pinned the arena keeps its address for good (captured CUDA graphs hold pointers
+  // into it): reset() no longer grows it, a step that needs more takes overflow allocations.
+  void pin() { pinned_ = true; }
+  // After replaying work captured from a fresh reset() that ended with `used` bytes in use:
+  // marks those bytes in use again, so what the replay wrote (its logits) is not handed out.
+  void claim(size_t used) {
+    if (used > used_ && used <= capacity()) used_ = used;
+  }
 
   Device device() const { return device_; }
   size_t capacity() const { return arena_ ? arena_->nbytes() : 0; }
@@ -58,6 +66,7 @@ class Workspace {
   size_t used_ = 0;            // bytes handed out this step, arena and overflow together
   size_t high_water_ = 0;
   bool frozen_ = false;
+  bool pinned_ = false;
   bool warned_ = false;
 };
 

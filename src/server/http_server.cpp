@@ -1,227 +1,277 @@
 #include "server/http_server.h"
 
-#include <dirent.h>
-#include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
-#include <chrono>
-#include <cstdlib>
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <filesystem>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "base/logging.h"
-#include "server/api_error.h"
+#include "server/http_router.h"
+#include "server/http_session.h"
 
 namespace vllm::server {
+
+namespace net = boost::asio;
+using net::ip::tcp;
+using error_code = boost::system::error_code;
+
 namespace {
 
-constexpr char kJson[] = "application/json";
+// How often the server checks whether the engine has died.
+constexpr std::chrono::milliseconds kWatchdogPeriod{500};
 
-void send_error(httplib::Response& res, const ApiError& error) {
-  res.status = error.status;
-  res.set_content(error.body(), kJson);
+std::string openssl_error() {
+  const unsigned long code = ERR_get_error();
+  if (code == 0) return "unknown OpenSSL error";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof(text));
+  ERR_clear_error();
+  return text;
 }
 
-// httplib keeps its listening socket private; find it by port to shut it down on SIGTERM.
-int find_listening_socket(int port) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
-  while (dirent* entry = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0') continue;
-    int listening = 0;
-    socklen_t len = sizeof(listening);
-    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 ||
-        !listening) {
-      continue;
-    }
-    sockaddr_storage addr{};
-    socklen_t addr_len = sizeof(addr);
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0)
-      continue;
-    int bound = -1;
-    if (addr.ss_family == AF_INET) bound = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    if (addr.ss_family == AF_INET6)
-      bound = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    if (bound == port) {
-      found = static_cast<int>(fd);
-      break;
+Expected<std::unique_ptr<net::ssl::context>> make_tls_context(const TlsOptions& tls) {
+  if (tls.keyfile.empty() || tls.certfile.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "TLS needs both --ssl-keyfile and --ssl-certfile");
+  }
+  if (!std::filesystem::is_regular_file(tls.keyfile)) {
+    return make_error(ErrorCode::kNotFound, "--ssl-keyfile {}: no such file", tls.keyfile);
+  }
+  if (!std::filesystem::is_regular_file(tls.certfile)) {
+    return make_error(ErrorCode::kNotFound, "--ssl-certfile {}: no such file", tls.certfile);
+  }
+  if (tls.cert_reqs < 0 || tls.cert_reqs > 2) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--ssl-cert-reqs {}: must be 0 (none), 1 (optional) or 2 (required)",
+                      tls.cert_reqs);
+  }
+  auto context = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+  context->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                       net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
+  error_code ec;
+  context->use_certificate_chain_file(tls.certfile, ec);
+  if (ec) {
+    return make_error(ErrorCode::kInvalidArgument, "--ssl-certfile {}: {}", tls.certfile,
+                      ec.message());
+  }
+  context->use_private_key_file(tls.keyfile, net::ssl::context::pem, ec);
+  if (ec && ec.message().find("mismatch") == std::string::npos) {
+    return make_error(ErrorCode::kInvalidArgument, "--ssl-keyfile {}: {}", tls.keyfile,
+                      ec.message());
+  }
+  if (ec || SSL_CTX_check_private_key(context->native_handle()) != 1) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--ssl-keyfile {} does not match the certificate in --ssl-certfile {}",
+                      tls.keyfile, tls.certfile);
+  }
+  if (!tls.ciphers.empty() &&
+      SSL_CTX_set_cipher_list(context->native_handle(), tls.ciphers.c_str()) != 1) {
+    return make_error(ErrorCode::kInvalidArgument, "--ssl-ciphers {}: {}", tls.ciphers,
+                      openssl_error());
+  }
+  if (!tls.ca_certs.empty()) {
+    context->load_verify_file(tls.ca_certs, ec);
+    if (ec) {
+      return make_error(ErrorCode::kInvalidArgument, "--ssl-ca-certs {}: {}", tls.ca_certs,
+                        ec.message());
     }
   }
-  closedir(dir);
-  return found;
-}
-
-// Runs a handler body; anything it throws becomes a 500 rather than a dead worker.
-template <typename F>
-void guarded(httplib::Response& res, F&& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    VLLM_LOG_ERROR("request failed: {}", e.what());
-    send_error(res, make_api_error(500, std::string("internal error: ") + e.what()));
-  } catch (...) {
-    send_error(res, make_api_error(500, "internal error"));
+  if (tls.cert_reqs == 1) context->set_verify_mode(net::ssl::verify_peer);
+  if (tls.cert_reqs == 2) {
+    context->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
   }
+  return context;
 }
 
 }  // namespace
 
-HttpServer::HttpServer(OpenAIServing* serving, engine::EngineClient* client, ServerMetrics* metrics,
-                       HttpServerOptions options)
-    : serving_(serving),
-      client_(client),
-      metrics_(metrics),
-      options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()) {
-  const size_t threads = options_.num_threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(options_.max_request_bytes);
-  http_->set_tcp_nodelay(true);
-  http_->set_keep_alive_max_count(1000);  // httplib's default closes a connection after 5
-  install_routes();
-}
-
-HttpServer::~HttpServer() = default;
-
-void HttpServer::install_routes() {
-  httplib::Server& http = *http_;
-
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!options_.api_key || req.path.rfind("/v1", 0) != 0)
-      return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + *options_.api_key) {
-      return httplib::Server::HandlerResponse::Unhandled;
+// One io_context per I/O thread; a connection lives on one of them (round robin), so its
+// handlers never need a strand and never hop threads. The first also runs the acceptor and
+// the engine watchdog.
+struct IoContexts {
+  explicit IoContexts(size_t n) {
+    if (n == 0) n = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+    for (size_t i = 0; i < n; ++i) {
+      contexts.push_back(std::make_unique<net::io_context>(1));
+      guards.emplace_back(contexts.back()->get_executor());
     }
-    send_error(res, make_api_error(401, "Unauthorized"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Statuses httplib decides (no route, body too large, bad request line) get an OpenAI
-  // body too; handlers that set a body keep theirs.
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message;
-    switch (res.status) {
-      case 404:
-        message = "Not Found: " + req.method + " " + req.path;
-        break;
-      case 413:
-        message = "the request body is too large";
-        break;
-      case 405:
-        message = "Method Not Allowed";
-        break;
-      default:
-        message = "HTTP status " + std::to_string(res.status);
-        break;
-    }
-    send_error(res, make_api_error(res.status, message));
-  });
-  http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string message = "internal error";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          message += std::string(": ") + e.what();
-        } catch (...) {
+  }
+  std::vector<std::unique_ptr<net::io_context>> contexts;
+  // Keep every io_context running while the server accepts, even one without connections.
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> guards;
+};
+
+struct HttpServer::Impl {
+  Impl(OpenAIServing* serving, engine::EngineClient* engine, ServerMetrics* metrics,
+       HttpServerOptions opts)
+      : client(engine),
+        options(std::move(opts)),
+        router(serving, engine, metrics,
+               RouterOptions{options.api_key, options.root_path, options.cors,
+                             options.request_id_headers}),
+        io(options.num_threads),
+        acceptor(*io.contexts.front()),
+        watchdog(*io.contexts.front()),
+        context(std::make_shared<http_detail::SessionContext>()) {
+    context->router = &router;
+    context->limits.max_request_bytes = options.max_request_bytes;
+    context->limits.max_header_bytes = options.max_header_bytes;
+    context->limits.max_header_count = options.max_header_count;
+    context->limits.keep_alive_timeout = options.keep_alive_timeout;
+    context->limits.request_timeout = options.request_timeout;
+  }
+
+  void accept() {
+    net::io_context& target = *io.contexts[next_context++ % io.contexts.size()];
+    acceptor.async_accept(target, [this](const error_code& ec, tcp::socket socket) {
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+      if (ec) {
+        // Out of file descriptors (or similar): say so once, wait a little, try again.
+        if (!accept_error_logged.exchange(true)) {
+          VLLM_LOG_WARNING("accepting a connection failed: {} (retrying)", ec.message());
         }
-        send_error(res, make_api_error(500, message));
-      });
-
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
-  http.Get("/version", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"version":"0.1.0"})", kJson);
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    guarded(res, [&] {
-      res.set_content(metrics_->render(client_->stats()),
-                      "text/plain; version=0.0.4; charset=utf-8");
-    });
-  });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    guarded(res, [&] { res.set_content(serving_->models(), kJson); });
-  });
-
-  auto json_endpoint = [this](auto method) {
-    return [this, method](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] {
-        Expected<std::string> body = (serving_->*method)(req.body);
-        if (!body) return send_error(res, api_error_from_status(body.status()));
-        res.set_content(*body, kJson);
-      });
-    };
-  };
-  http.Post("/tokenize", json_endpoint(&OpenAIServing::tokenize));
-  http.Post("/detokenize", json_endpoint(&OpenAIServing::detokenize));
-
-  auto generate_endpoint = [this](auto method) {
-    return [this, method](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] {
-        Expected<ServingResponse> response = (serving_->*method)(req.body);
-        if (!response) return send_error(res, api_error_from_status(response.status()));
-        if (!response->stream) return res.set_content(response->body, kJson);
-        std::shared_ptr<EventStream> stream = std::move(response->stream);
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider(
-            "text/event-stream", [stream](size_t, httplib::DataSink& sink) {
-              std::string out;
-              const bool more = stream->next(std::chrono::milliseconds(100), &out);
-              // A failed write: the client has gone. Returning false ends the response;
-              // dropping the stream then aborts its engine requests.
-              if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-              if (!more) sink.done();
-              return true;
-            });
-      });
-    };
-  };
-  http.Post("/v1/completions", generate_endpoint(&OpenAIServing::completions));
-  http.Post("/v1/chat/completions", generate_endpoint(&OpenAIServing::chat_completions));
-
-  // GET on a POST endpoint: 405, as FastAPI answers it.
-  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"}) {
-    http.Get(path, [](const httplib::Request& req, httplib::Response& res) {
-      send_error(res, make_api_error(405, "Method Not Allowed: " + req.method + " " + req.path));
-      res.set_header("Allow", "POST");
+        watchdog_retry_accept();
+        return;
+      }
+      error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      http_detail::start_session(std::move(socket), context);
+      accept();
     });
   }
+
+  void watchdog_retry_accept() {
+    auto timer =
+        std::make_shared<net::steady_timer>(*io.contexts.front(), std::chrono::milliseconds(100));
+    timer->async_wait([this, timer](const error_code& ec) {
+      if (!ec && acceptor.is_open()) accept();
+    });
+  }
+
+  void arm_watchdog() {
+    watchdog.expires_after(kWatchdogPeriod);
+    watchdog.async_wait([this](const error_code& ec) {
+      if (ec || stopping) return;
+      if (client->dead()) {
+        if (options.exit_on_engine_death) {
+          VLLM_LOG_ERROR("the engine is dead: shutting the server down");
+          stop();
+          return;
+        }
+        if (!death_logged.exchange(true)) {
+          VLLM_LOG_ERROR(
+              "the engine is dead; the server stays up "
+              "(VLLM_KEEP_ALIVE_ON_ENGINE_DEATH) and /health answers 503");
+        }
+      }
+      arm_watchdog();
+    });
+  }
+
+  void stop() {
+    if (stopping.exchange(true)) return;
+    net::post(*io.contexts.front(), [this] {
+      error_code ignored;
+      acceptor.close(ignored);
+      watchdog.cancel();
+    });
+    http_detail::stop_sessions(*context);
+    // Each io_context's run() now returns once its connections are done.
+    for (auto& guard : io.guards) guard.reset();
+  }
+
+  engine::EngineClient* client;
+  HttpServerOptions options;
+  Router router;
+  IoContexts io;
+  std::unique_ptr<net::ssl::context> tls;
+  tcp::acceptor acceptor;
+  net::steady_timer watchdog;
+  std::shared_ptr<http_detail::SessionContext> context;
+  size_t next_context = 0;
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> accept_error_logged{false};
+  std::atomic<bool> death_logged{false};
+  bool bound = false;
+};
+
+HttpServer::HttpServer(OpenAIServing* serving, engine::EngineClient* client, ServerMetrics* metrics,
+                       HttpServerOptions options)
+    : impl_(std::make_unique<Impl>(serving, client, metrics, std::move(options))) {}
+
+HttpServer::~HttpServer() {
+  // No wake-up from the engine thread may reach the io_context once it is going away.
+  impl_->context->gate->close();
 }
 
 Status HttpServer::bind() {
-  if (options_.port == 0) {
-    port_ = http_->bind_to_any_port(options_.host);
-    if (port_ <= 0)
-      return make_error(ErrorCode::kIoError, "cannot bind {}:<any port>", options_.host);
-  } else {
-    if (!http_->bind_to_port(options_.host, options_.port)) {
-      return make_error(ErrorCode::kIoError, "cannot bind {}:{} (in use?)", options_.host,
-                        options_.port);
-    }
-    port_ = options_.port;
+  Impl& s = *impl_;
+  if (s.options.tls.enabled()) {
+    VLLM_ASSIGN_OR_RETURN(s.tls, make_tls_context(s.options.tls));
+    s.context->tls = s.tls.get();
   }
-  listen_fd_ = find_listening_socket(port_);
-  // httplib listens with a backlog of 5; many clients connecting at once need more.
-  if (listen_fd_ >= 0) ::listen(listen_fd_, 1024);
+  error_code ec;
+  net::ip::address address = net::ip::make_address(s.options.host, ec);
+  if (ec) {
+    tcp::resolver resolver(*s.io.contexts.front());
+    auto results = resolver.resolve(s.options.host, std::to_string(s.options.port), ec);
+    if (ec || results.empty()) {
+      return make_error(ErrorCode::kIoError, "cannot resolve --host {}: {}", s.options.host,
+                        ec ? ec.message() : "no address");
+    }
+    address = results.begin()->endpoint().address();
+  }
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(s.options.port));
+  s.acceptor.open(endpoint.protocol(), ec);
+  if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor.bind(endpoint, ec);
+  if (ec) {
+    return make_error(ErrorCode::kIoError, "cannot bind {}:{} ({})", s.options.host, s.options.port,
+                      ec.message());
+  }
+  // Many clients connecting at once need a long queue (the kernel caps it at somaxconn).
+  s.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return make_error(ErrorCode::kIoError, "cannot listen: {}", ec.message());
+  port_ = s.acceptor.local_endpoint().port();
+  s.bound = true;
   return Status::ok();
 }
 
 void HttpServer::run() {
-  if (shutting_down_) return;
-  http_->listen_after_bind();
+  Impl& s = *impl_;
+  if (!s.bound || s.stopping) return;
+  s.accept();
+  s.arm_watchdog();
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < s.io.contexts.size(); ++i) {
+    threads.emplace_back([&s, i] { s.io.contexts[i]->run(); });
+  }
+  s.io.contexts.front()->run();
+  for (std::thread& t : threads) t.join();
 }
 
 void HttpServer::shutdown() {
-  if (shutting_down_.exchange(true)) return;
-  if (listen_fd_ >= 0) {
-    // accept() fails, httplib leaves its accept loop and waits for its workers, which finish
-    // the requests they are serving.
-    ::shutdown(listen_fd_, SHUT_RDWR);
-  } else {
-    http_->stop();
-  }
+  impl_->stop();
+}
+
+size_t HttpServer::num_connections() const {
+  return impl_->context->num_sessions();
+}
+
+size_t HttpServer::num_io_threads() const {
+  return impl_->io.contexts.size();
 }
 
 }  // namespace vllm::server

@@ -27,6 +27,9 @@ const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06
 const std::vector<double> kTokenLatencyBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
                                                   0.3,  0.4,   0.5,  0.75,  1.0, 2.5,  5.0,
                                                   7.5,  10.0,  20.0, 40.0,  80.0};
+const std::vector<double> kIterationTokenBuckets = {1,   8,    16,   32,   64,   128,  256,
+                                                    512, 1024, 2048, 4096, 8192, 16384};
+const std::vector<double> kRequestNBuckets = {1, 2, 5, 10, 20};
 const std::vector<double> kRequestLatencyBuckets = {
     0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
@@ -89,7 +92,15 @@ ServerMetrics::ServerMetrics(std::string model_name, int64_t max_model_len)
       tpot_(kTokenLatencyBuckets),
       e2e_(kRequestLatencyBuckets),
       prompt_len_(buckets_1_2_5(max_model_len)),
-      generation_len_(buckets_1_2_5(max_model_len)) {
+      generation_len_(buckets_1_2_5(max_model_len)),
+      queue_time_(kRequestLatencyBuckets),
+      prefill_time_(kRequestLatencyBuckets),
+      decode_time_(kRequestLatencyBuckets),
+      inference_time_(kRequestLatencyBuckets),
+      iteration_tokens_(kIterationTokenBuckets),
+      params_n_(kRequestNBuckets),
+      params_max_tokens_(buckets_1_2_5(max_model_len)),
+      max_generation_tokens_(buckets_1_2_5(max_model_len)) {
   for (const char* reason : {"stop", "length", "abort"}) success_[reason] = 0;
 }
 
@@ -115,6 +126,24 @@ void ServerMetrics::record_finished(const FinishedRequestStats& stats) {
     tpot_.observe((stats.last_token_seconds - stats.first_token_seconds) /
                   static_cast<double>(stats.num_generation_tokens - 1));
   }
+  if (stats.queued_seconds >= 0.0) queue_time_.observe(stats.queued_seconds);
+  if (stats.prefill_seconds >= 0.0) prefill_time_.observe(stats.prefill_seconds);
+  if (stats.decode_seconds >= 0.0) decode_time_.observe(stats.decode_seconds);
+  if (stats.inference_seconds >= 0.0) inference_time_.observe(stats.inference_seconds);
+  if (stats.max_tokens_param && *stats.max_tokens_param > 0) {
+    params_max_tokens_.observe(static_cast<double>(*stats.max_tokens_param));
+  }
+}
+
+void ServerMetrics::record_parent_finished(int n, int64_t max_generation_tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  params_n_.observe(static_cast<double>(n));
+  max_generation_tokens_.observe(static_cast<double>(max_generation_tokens));
+}
+
+void ServerMetrics::record_iteration(int64_t num_tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  iteration_tokens_.observe(static_cast<double>(num_tokens));
 }
 
 std::string ServerMetrics::render(const engine::EngineStats& stats) const {
@@ -129,6 +158,12 @@ std::string ServerMetrics::render(const engine::EngineStats& stats) const {
   sample("vllm:num_requests_waiting", static_cast<double>(stats.num_waiting));
   header(&out, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "gauge");
   sample("vllm:kv_cache_usage_perc", stats.kv_cache_usage);
+  if (stats.num_state_slots > 0) {
+    header(&out, "vllm:state_slot_usage_perc",
+           "Gated DeltaNet state-slot usage. 1 means 100 percent usage.", "gauge");
+    sample("vllm:state_slot_usage_perc",
+           1.0 - static_cast<double>(stats.num_free_state_slots) / stats.num_state_slots);
+  }
   header(&out, "vllm:prefix_cache_queries_total",
          "Prefix cache queries, in terms of number of queried tokens.", "counter");
   sample("vllm:prefix_cache_queries_total", static_cast<double>(stats.prefix_cache_queries));
@@ -166,6 +201,21 @@ std::string ServerMetrics::render(const engine::EngineStats& stats) const {
             "Histogram of time_per_output_token_seconds per request.", tpot_);
   histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
             e2e_);
+  histogram("vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.", queue_time_);
+  histogram("vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.", inference_time_);
+  histogram("vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.", prefill_time_);
+  histogram("vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.", decode_time_);
+  histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+            iteration_tokens_);
+  histogram("vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.", max_generation_tokens_);
+  histogram("vllm:request_params_n", "Histogram of the n request parameter.", params_n_);
+  histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+            params_max_tokens_);
   return out;
 }
 

@@ -6,16 +6,25 @@
 //               vllm:num_preemptions_total, vllm:request_success_total{finished_reason}
 //   histograms  vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
 //               vllm:request_time_per_output_token_seconds, vllm:e2e_request_latency_seconds,
-//               vllm:request_prompt_tokens, vllm:request_generation_tokens
-// (current vLLM replaced vllm:time_per_output_token_seconds by the last two timing ones).
-// Every series carries model_name="<served name>" and engine="0". The gauges and prefix-cache
-// counters come from the engine's stats at scrape time; the rest is recorded per request by
-// the server as outputs arrive. Thread-safe.
+//               vllm:request_queue_time_seconds, vllm:request_prefill_time_seconds,
+//               vllm:request_decode_time_seconds, vllm:request_inference_time_seconds,
+//               vllm:request_prompt_tokens, vllm:request_generation_tokens,
+//               vllm:iteration_tokens_total, vllm:request_params_n,
+//               vllm:request_params_max_tokens, vllm:request_max_num_generation_tokens
+// (current vLLM replaced vllm:time_per_output_token_seconds by the first two token-timing
+// ones), with vLLM's buckets. Every series carries model_name="<served name>" and
+// engine="0". The gauges and prefix-cache counters come from the engine's stats at scrape
+// time; the rest is recorded by the server as outputs arrive, and per engine step
+// (iteration tokens). Thread-safe.
+//
+// Ours, not vLLM's: vllm:state_slot_usage_perc, the fraction of Gated DeltaNet state slots
+// in use (hybrid models only; vLLM counts that state inside kv_cache_usage_perc).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +58,13 @@ struct FinishedRequestStats {
   int64_t num_generation_tokens = 0;
   double first_token_seconds = -1.0;  // since arrival; < 0 when no token came
   double last_token_seconds = -1.0;
+  // vLLM's phase intervals from the engine's events; < 0 when unknown (e.g. aborted before
+  // it was scheduled, or before its first token).
+  double queued_seconds = -1.0;
+  double prefill_seconds = -1.0;
+  double decode_seconds = -1.0;
+  double inference_seconds = -1.0;
+  std::optional<int32_t> max_tokens_param;  // the request's max_tokens
 };
 
 class ServerMetrics {
@@ -60,6 +76,12 @@ class ServerMetrics {
   // New output tokens; `interval` seconds since the request's previous tokens.
   void record_tokens(int64_t num_tokens, double interval);
   void record_finished(const FinishedRequestStats& stats);
+  // A prompt's request finished with all its n samples; `max_generation_tokens` is the
+  // most tokens any of them produced.
+  void record_parent_finished(int n, int64_t max_generation_tokens);
+  // One engine step's tokens (prompt tokens of requests that got their first token, plus
+  // output tokens).
+  void record_iteration(int64_t num_tokens);
 
   // The whole /metrics page.
   std::string render(const engine::EngineStats& stats) const;
@@ -76,6 +98,14 @@ class ServerMetrics {
   Histogram e2e_;
   Histogram prompt_len_;
   Histogram generation_len_;
+  Histogram queue_time_;
+  Histogram prefill_time_;
+  Histogram decode_time_;
+  Histogram inference_time_;
+  Histogram iteration_tokens_;
+  Histogram params_n_;
+  Histogram params_max_tokens_;
+  Histogram max_generation_tokens_;
 };
 
 // A Prometheus label value with \, " and newline escaped.

@@ -27,25 +27,73 @@ Status read_stream(const json& body, bool* stream, StreamOptions* options) {
   return Status::ok();
 }
 
-Status read_response_format(const json& body, bool* json_object) {
-  const json* value = fields::find(body, "response_format");
-  if (value == nullptr) return Status::ok();
+Expected<std::optional<structured::StructuredOutputsParams>> read_response_format(
+    const nlohmann::ordered_json& body) {
+  using OJ = nlohmann::ordered_json;
+  std::optional<structured::StructuredOutputsParams> none;
+  const OJ* value = fields::find(body, "response_format");
+  if (value == nullptr) return none;
   if (!value->is_object()) return fields::wrong_type("response_format", "an object", *value);
-  const json* type = fields::find(*value, "type");
+  const OJ* type = fields::find(*value, "type");
   if (type == nullptr || !type->is_string()) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "'response_format' needs a string 'type' (\"text\" or \"json_object\")");
+                      "'response_format' needs a string 'type' (\"text\", \"json_object\" or "
+                      "\"json_schema\")");
   }
   const std::string kind = type->get<std::string>();
-  if (kind == "text") return Status::ok();
+  if (kind == "text") return none;
+  structured::StructuredOutputsParams p;
   if (kind == "json_object") {
-    *json_object = true;
-    return Status::ok();
+    p.json_object = true;
+    return std::optional<structured::StructuredOutputsParams>(std::move(p));
+  }
+  if (kind == "json_schema") {
+    const OJ* spec = fields::find(*value, "json_schema");
+    if (spec == nullptr || !spec->is_object()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "response_format type \"json_schema\" needs a 'json_schema' object "
+                        "({{\"name\": ..., \"schema\": {{...}}}})");
+    }
+    if (const OJ* name = fields::find(*spec, "name"); name != nullptr && !name->is_string()) {
+      return fields::wrong_type("response_format.json_schema.name", "a string", *name);
+    }
+    const OJ* strict = fields::find(*spec, "strict");
+    if (strict != nullptr && !strict->is_boolean()) {
+      return fields::wrong_type("response_format.json_schema.strict", "a boolean", *strict);
+    }
+    const OJ* schema = fields::find(*spec, "schema");
+    if (schema == nullptr) {
+      p.json_object = true;  // no schema: any JSON, as OpenAI's optional schema
+    } else if (schema->is_object() || schema->is_boolean()) {
+      p.json = schema->dump();
+    } else {
+      return fields::wrong_type("response_format.json_schema.schema", "an object", *schema);
+    }
+    return std::optional<structured::StructuredOutputsParams>(std::move(p));
   }
   return make_error(ErrorCode::kInvalidArgument,
-                    "response_format type '{}' is not supported: structured generation is not "
-                    "implemented yet (supported: \"text\", \"json_object\")",
+                    "response_format type '{}' is not supported (supported: \"text\", "
+                    "\"json_object\", \"json_schema\")",
                     kind);
+}
+
+Status read_structured_outputs(const nlohmann::ordered_json& body, SamplingParams* params) {
+  VLLM_ASSIGN_OR_RETURN(auto requested, structured::parse_structured_outputs(body, false));
+  VLLM_ASSIGN_OR_RETURN(auto format, read_response_format(body));
+  if (requested && format) {
+    // As vLLM: response_format fills in the constraint; structured_outputs may add options.
+    if (requested->num_constraints() > 0) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "You can only use one kind of structured outputs constraint but both "
+                        "'response_format' and 'structured_outputs' (or guided_*) give one");
+    }
+    requested->json = std::move(format->json);
+    requested->json_object = format->json_object;
+    format.reset();
+  }
+  if (requested) VLLM_RETURN_IF_ERROR(requested->validate());
+  params->structured_outputs = requested ? std::move(requested) : std::move(format);
+  return Status::ok();
 }
 
 Status read_model(const json& body, std::optional<std::string>* model) {
@@ -113,7 +161,6 @@ Expected<CompletionRequest> parse_completion_request(const json& body,
   VLLM_RETURN_IF_ERROR(detail::read_stream(body, &r.stream, &r.stream_options));
   VLLM_RETURN_IF_ERROR(fields::read_bool(body, "echo", &r.echo));
   VLLM_RETURN_IF_ERROR(fields::read_bool(body, "add_special_tokens", &r.add_special_tokens));
-  VLLM_RETURN_IF_ERROR(detail::read_response_format(body, &r.json_object));
   if (fields::find(body, "suffix") != nullptr) {
     return make_error(ErrorCode::kInvalidArgument, "suffix is not currently supported");
   }
@@ -135,6 +182,15 @@ Expected<CompletionRequest> parse_completion_request(const json& body,
   if (r.echo && r.params.logprobs && !r.params.prompt_logprobs) {
     r.params.prompt_logprobs = r.params.logprobs;
   }
+  VLLM_RETURN_IF_ERROR(detail::read_structured_outputs(nlohmann::ordered_json(body), &r.params));
+  return r;
+}
+
+Expected<CompletionRequest> parse_completion_request(const nlohmann::ordered_json& body,
+                                                     const SamplingParams& defaults) {
+  VLLM_ASSIGN_OR_RETURN(CompletionRequest r, parse_completion_request(json(body), defaults));
+  // Again from the ordered body: a schema's properties keep their order.
+  VLLM_RETURN_IF_ERROR(detail::read_structured_outputs(body, &r.params));
   return r;
 }
 

@@ -39,14 +39,18 @@ struct CompletionRequest {
   StreamOptions stream_options;
   bool echo = false;
   bool add_special_tokens = true;
-  bool json_object = false;  // response_format {"type": "json_object"} (not enforced yet)
   bool max_tokens_given = false;
-  SamplingParams params;  // request fields over `defaults`; max_tokens default 16
+  // Request fields over `defaults`; max_tokens default 16. params.structured_outputs comes
+  // from structured_outputs / guided_* / response_format.
+  SamplingParams params;
 };
 
 // `defaults`: vLLM's defaults overridden by generation_config.json ones; their max_tokens is
 // ignored (16 for completions).
 Expected<CompletionRequest> parse_completion_request(const nlohmann::json& body,
+                                                     const SamplingParams& defaults);
+// The same, keeping a JSON Schema's property order from the body.
+Expected<CompletionRequest> parse_completion_request(const nlohmann::ordered_json& body,
                                                      const SamplingParams& defaults);
 
 // tool_choice as given: "none", "auto", "required" or a named function.
@@ -70,9 +74,11 @@ struct ChatRequest {
   bool stream = false;
   StreamOptions stream_options;
   bool logprobs = false;  // params.logprobs holds top_logprobs when true
-  bool json_object = false;
   bool max_tokens_given = false;
-  SamplingParams params;  // max_tokens none unless given: up to max_model_len
+  // max_tokens none unless given: up to max_model_len. params.structured_outputs comes from
+  // structured_outputs / guided_* / response_format; tool_choice "required" or a named
+  // function sets it in the chat endpoint (serving_chat.cpp).
+  SamplingParams params;
 };
 
 Expected<ChatRequest> parse_chat_request(const nlohmann::ordered_json& body,

@@ -189,7 +189,6 @@ Expected<ChatRequest> parse_chat_request(const ordered_json& body, const Samplin
                       "--chat-template instead");
   }
   VLLM_RETURN_IF_ERROR(detail::read_stream(plain, &r.stream, &r.stream_options));
-  VLLM_RETURN_IF_ERROR(detail::read_response_format(plain, &r.json_object));
   if (const ordered_json* logprobs = fields::find(body, "logprobs")) {
     if (!logprobs->is_boolean()) return fields::wrong_type("logprobs", "a boolean", *logprobs);
     r.logprobs = logprobs->get<bool>();
@@ -197,6 +196,7 @@ Expected<ChatRequest> parse_chat_request(const ordered_json& body, const Samplin
   SamplingParams chat_defaults = defaults;
   chat_defaults.max_tokens.reset();  // chat: up to the context length
   VLLM_ASSIGN_OR_RETURN(r.params, detail::read_sampling(plain, chat_defaults, &r.max_tokens_given));
+  VLLM_RETURN_IF_ERROR(detail::read_structured_outputs(body, &r.params));
   return r;
 }
 

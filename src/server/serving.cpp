@@ -4,13 +4,49 @@
 
 #include <fmt/format.h>
 
+#include <condition_variable>
 #include <ctime>
+#include <mutex>
 #include <random>
 #include <utility>
 
+#include "server/api_error.h"
 #include "server/protocol.h"
 
 namespace vllm::server {
+
+std::string ResponseStream::drain() {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool woken = false;
+  set_wake([&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      woken = true;
+    }
+    cv.notify_one();
+  });
+  std::string out;
+  while (poll(&out)) {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return woken; });
+    woken = false;
+  }
+  set_wake(nullptr);
+  return out;
+}
+
+std::string engine_dead_error_body() {
+  // vLLM's EngineDeadError, answered as a 500.
+  return make_api_error(500,
+                        "EngineCore encountered an issue and stopped; see the server log for "
+                        "the cause.")
+      .body();
+}
+
+std::string engine_dead_error_events() {
+  return "data: " + engine_dead_error_body() + "\n\ndata: [DONE]\n\n";
+}
 
 std::string random_request_id(std::string_view prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -35,7 +71,9 @@ OpenAIServing::OpenAIServing(engine::EngineClient* client, const Tokenizer* toke
       special_tokens_(std::move(special_tokens)),
       metrics_(metrics),
       options_(std::move(options)),
-      created_(static_cast<int64_t>(std::time(nullptr))) {}
+      created_(static_cast<int64_t>(std::time(nullptr))) {
+  if (options_.log_requests) request_logger_.emplace(options_.log_options);
+}
 
 OpenAIServing::~OpenAIServing() = default;
 

@@ -5,12 +5,14 @@
 //
 // Per request: parse and check the body (protocol.h), check the model name, tokenize (chat:
 // render the template first), check the prompt against max_model_len, start a Generation,
-// then either wait for it and answer one JSON object, or hand the HTTP layer an EventStream
-// that yields "data: {...}\n\n" chunks and finally "data: [DONE]\n\n". Dropping an
-// EventStream before it ends (the client went away) aborts its engine requests.
+// and hand the HTTP layer a ResponseStream: it yields "data: {...}\n\n" chunks and finally
+// "data: [DONE]\n\n" for a streaming request, one JSON object at the end otherwise. The
+// HTTP layer polls it when woken, never waiting on it. Destroying a ResponseStream before it
+// ends (the client went away) aborts its engine requests.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -22,6 +24,7 @@
 #include "engine/engine_client.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
+#include "server/request_logger.h"
 #include "tokenizer/chat_template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,22 +38,32 @@ struct ServingOptions {
   std::optional<std::string> reasoning_parser;  // "qwen3"
   SamplingParams default_params;                // vLLM's, then generation_config.json's
   std::optional<int32_t> default_max_tokens;    // generation_config.json's max_new_tokens
+  bool log_requests = false;                    // --enable-log-requests
+  RequestLoggerOptions log_options;             // --max-log-len, --enable-log-outputs
   // vLLM's --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens (the
   // prompt tokens a prefix-cache hit skipped) when there were any.
   bool enable_prompt_tokens_details = false;
 };
 
-class EventStream {
+// A response the engine is still producing. One caller at a time.
+class ResponseStream {
  public:
-  virtual ~EventStream() = default;
-  // Waits up to `timeout` for progress and appends the SSE text to send (possibly nothing);
-  // returns false once the stream is complete (its final text appended).
-  virtual bool next(std::chrono::milliseconds timeout, std::string* out) = 0;
-};
+  virtual ~ResponseStream() = default;  // unfinished: aborts its engine requests
 
-struct ServingResponse {
-  std::string body;                     // the JSON answer, when not streaming
-  std::unique_ptr<EventStream> stream;  // set when streaming
+  // Server-sent events (a body that grows chunk by chunk), or one JSON body at the end.
+  virtual bool streaming() const = 0;
+  // Appends what is ready to send, without blocking; returns false once complete (the
+  // rest appended: for a non-streaming response, the whole body). Idempotent at the end.
+  virtual bool poll(std::string* out) = 0;
+  // The HTTP status of a non-streaming response, once poll() returned false: 200, or 500
+  // when the engine died under it.
+  virtual int status() const = 0;
+  // `wake` is called, from any thread, whenever poll() may have progress (at once if it has
+  // already); null clears it.
+  virtual void set_wake(std::function<void()> wake) = 0;
+
+  // Blocks until complete and returns everything (tests, tools).
+  std::string drain();
 };
 
 class OpenAIServing {
@@ -61,8 +74,8 @@ class OpenAIServing {
                 ServerMetrics* metrics, ServingOptions options);
   ~OpenAIServing();
 
-  Expected<ServingResponse> completions(std::string_view body);
-  Expected<ServingResponse> chat_completions(std::string_view body);
+  Expected<std::unique_ptr<ResponseStream>> completions(std::string_view body);
+  Expected<std::unique_ptr<ResponseStream>> chat_completions(std::string_view body);
   Expected<std::string> tokenize(std::string_view body);
   Expected<std::string> detokenize(std::string_view body);
   std::string models() const;
@@ -91,6 +104,10 @@ class OpenAIServing {
   engine::EngineClient* client() const { return client_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
   ServerMetrics* metrics() const { return metrics_; }
+  // Null unless --enable-log-requests.
+  const RequestLogger* request_logger() const {
+    return request_logger_ ? &*request_logger_ : nullptr;
+  }
 
  private:
   engine::EngineClient* client_;
@@ -99,6 +116,7 @@ class OpenAIServing {
   nlohmann::json special_tokens_;
   ServerMetrics* metrics_;
   ServingOptions options_;
+  std::optional<RequestLogger> request_logger_;
   int64_t created_;
 };
 
@@ -108,5 +126,9 @@ std::string random_request_id(std::string_view prefix);
 std::string dump_json(const nlohmann::ordered_json& value);
 // logprob values as vLLM reports them: -inf clamped to -9999.0.
 double clamp_logprob(float logprob);
+// What a request gets when the engine died under it: the OpenAI error JSON, and the same
+// as a server-sent event followed by "data: [DONE]".
+std::string engine_dead_error_body();
+std::string engine_dead_error_events();
 
 }  // namespace vllm::server

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <utility>
 
+#include "server/forced_tool_calls.h"
 #include "server/generation.h"
 #include "server/protocol.h"
 #include "server/reasoning_parser.h"
@@ -70,6 +71,7 @@ ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
 struct PreparedChat {
   ChatRequest request;
   std::vector<int32_t> prompt;
+  ToolChoice::Kind forced = ToolChoice::Kind::kNone;  // kRequired / kNamed: forced tool calls
   bool parse_tools = false;
   bool parse_reasoning = false;
   bool starts_in_reasoning = false;
@@ -96,29 +98,51 @@ Expected<PreparedChat> prepare(const OpenAIServing& s, std::string_view body) {
       p.parse_tools = true;
       break;
     case ToolChoice::Kind::kRequired:
-    case ToolChoice::Kind::kNamed:
-      return make_error(ErrorCode::kInvalidArgument,
-                        "tool_choice \"required\" and named functions need structured "
-                        "generation, which is not supported yet; use \"auto\" or \"none\"");
+    case ToolChoice::Kind::kNamed: {
+      // As vLLM: the output is constrained to the tools' parameter schemas.
+      if (p.request.params.structured_outputs) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "tool_choice \"required\" or a named function cannot be combined with "
+                          "response_format or structured_outputs");
+      }
+      VLLM_ASSIGN_OR_RETURN(std::string schema,
+                            forced_tool_schema(p.request.tool_choice, p.request.tools));
+      structured::StructuredOutputsParams forced;
+      forced.json = std::move(schema);
+      p.request.params.structured_outputs = std::move(forced);
+      p.forced = p.request.tool_choice.kind;
+      break;
+    }
   }
   VLLM_ASSIGN_OR_RETURN(auto rendered, s.render_chat(p.request));
   p.prompt = std::move(rendered.token_ids);
   if (s.options().reasoning_parser) {
     p.parse_reasoning = true;
     p.starts_in_reasoning = prompt_opens_thinking(rendered.prompt);
+    // As vLLM's qwen3 reasoner: unless the request turns thinking off, the model thinks
+    // first and the grammar applies after its </think>.
+    if (p.request.params.structured_outputs) {
+      const auto& kwargs = p.request.chat_template_kwargs;
+      auto thinking = kwargs.find("enable_thinking");
+      const bool off = thinking != kwargs.end() && thinking->is_boolean() && !thinking->get<bool>();
+      p.request.params.structured_outputs->await_reasoning_end = !off;
+    }
   }
   if (p.prompt.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
   VLLM_RETURN_IF_ERROR(
       s.fit_to_context(p.prompt.size(), p.request.max_tokens_given, &p.request.params));
   p.id = random_request_id("chatcmpl-");
   p.created = static_cast<int64_t>(std::time(nullptr));
-  VLLM_ASSIGN_OR_RETURN(p.generation,
-                        Generation::start(s.client(), s.tokenizer(), s.metrics(), p.id, {p.prompt},
-                                          p.request.params, arrival));
+  if (const RequestLogger* logger = s.request_logger()) {
+    logger->log_inputs(p.id + "-0", &rendered.prompt, p.prompt, p.request.params);
+  }
+  VLLM_ASSIGN_OR_RETURN(
+      p.generation, Generation::start(s.client(), s.tokenizer(), s.metrics(), s.request_logger(),
+                                      p.id, {p.prompt}, p.request.params, arrival));
   return p;
 }
 
-class ChatStream final : public EventStream {
+class ChatStream final : public ResponseStream {
  public:
   ChatStream(const OpenAIServing& s, PreparedChat p) : s_(s), p_(std::move(p)) {
     choices_.resize(static_cast<size_t>(std::max(p_.request.params.n, 1)));
@@ -131,7 +155,11 @@ class ChatStream final : public EventStream {
     }
   }
 
-  bool next(std::chrono::milliseconds timeout, std::string* out) override {
+  bool streaming() const override { return true; }
+  int status() const override { return 200; }
+  void set_wake(std::function<void()> wake) override { p_.generation->set_wake(std::move(wake)); }
+
+  bool poll(std::string* out) override {
     if (done_) return false;
     if (!sent_roles_) {
       // vLLM opens each choice with the role before any token.
@@ -145,11 +173,16 @@ class ChatStream final : public EventStream {
       sent_roles_ = true;
       return true;
     }
-    for (const Generation::Update& u : p_.generation->next(timeout)) {
+    for (const Generation::Update& u : p_.generation->next(std::chrono::milliseconds(0))) {
       num_cached_tokens_ = u.output.num_cached_tokens;
       for (const engine::CompletionOutput& c : u.output.outputs) emit(c, out);
     }
     if (!p_.generation->finished()) return true;
+    done_ = true;
+    if (p_.generation->engine_died()) {
+      out->append(engine_dead_error_events());
+      return false;
+    }
     if (p_.request.stream_options.include_usage) {
       int64_t completion_tokens = 0;
       for (const Choice& c : choices_) completion_tokens += static_cast<int64_t>(c.num_tokens);
@@ -160,7 +193,6 @@ class ChatStream final : public EventStream {
       out->append("data: ").append(dump_json(chunk)).append("\n\n");
     }
     out->append("data: [DONE]\n\n");
-    done_ = true;
     return false;
   }
 
@@ -168,6 +200,8 @@ class ChatStream final : public EventStream {
   struct Choice {
     std::unique_ptr<ReasoningStreamParser> reasoning;
     std::unique_ptr<ToolParser> tools;
+    RequiredToolCallStream required;  // tool_choice "required"
+    std::string named_call_id;        // tool_choice named: set once the call has started
     size_t num_tokens = 0;
     size_t num_logprobs = 0;
     int num_tool_calls = 0;
@@ -208,10 +242,26 @@ class ChatStream final : public EventStream {
       if (c.finished()) choice.tools->finish(&plain, &calls);
       content = std::move(plain);
     }
+    ordered_json named_delta;  // tool_choice named: the arguments text streams as it comes
+    if (p_.forced == ToolChoice::Kind::kRequired) {
+      choice.required.feed(content, &calls);
+      content.clear();
+    } else if (p_.forced == ToolChoice::Kind::kNamed && !content.empty()) {
+      ordered_json function = {{"arguments", content}};
+      named_delta = {{"index", 0}, {"function", {}}};
+      if (choice.named_call_id.empty()) {
+        choice.named_call_id = make_tool_call_id();
+        function = {{"name", p_.request.tool_choice.name}, {"arguments", content}};
+        named_delta = {{"id", choice.named_call_id}, {"type", "function"}, {"index", 0}};
+      }
+      named_delta["function"] = std::move(function);
+      content.clear();
+    }
     const bool want_logprobs = p_.request.logprobs && p_.request.params.logprobs.has_value();
     const bool new_logprobs = want_logprobs && c.logprobs.size() > choice.num_logprobs;
     choice.num_tokens = c.token_ids.size();
-    if (reasoning.empty() && content.empty() && calls.empty() && !new_logprobs && !c.finished()) {
+    if (reasoning.empty() && content.empty() && calls.empty() && named_delta.is_null() &&
+        !new_logprobs && !c.finished()) {
       return;
     }
     ordered_json delta = ordered_json::object();
@@ -226,6 +276,7 @@ class ChatStream final : public EventStream {
       }
       delta["tool_calls"] = std::move(list);
     }
+    if (!named_delta.is_null()) delta["tool_calls"] = ordered_json::array({std::move(named_delta)});
     ordered_json item = {{"index", c.index}, {"delta", std::move(delta)}};
     if (want_logprobs) {
       item["logprobs"] = chat_logprobs(s_, c, choice.num_logprobs, *p_.request.params.logprobs);
@@ -235,8 +286,10 @@ class ChatStream final : public EventStream {
     }
     if (c.finished()) {
       choice.finished = true;
-      item["finish_reason"] =
-          choice.num_tool_calls > 0 ? std::string("tool_calls") : c.finish_reason;
+      const bool calls_finish = choice.num_tool_calls > 0 &&
+                                (p_.forced != ToolChoice::Kind::kRequired ||
+                                 c.finish_reason == "stop");
+      item["finish_reason"] = calls_finish ? std::string("tool_calls") : c.finish_reason;
       item["stop_reason"] = stop_reason(c);
     } else {
       item["finish_reason"] = nullptr;
@@ -252,61 +305,106 @@ class ChatStream final : public EventStream {
   bool done_ = false;
 };
 
+// The non-streaming answer: keeps the latest outputs, builds the whole body at the end.
+class ChatCollector final : public ResponseStream {
+ public:
+  ChatCollector(const OpenAIServing& s, PreparedChat p) : s_(s), p_(std::move(p)) {}
+
+  bool streaming() const override { return false; }
+  int status() const override { return status_; }
+  void set_wake(std::function<void()> wake) override { p_.generation->set_wake(std::move(wake)); }
+
+  bool poll(std::string* out) override {
+    if (done_) return false;
+    for (Generation::Update& u : p_.generation->next(std::chrono::milliseconds(0))) {
+      last_ = std::move(u.output);
+    }
+    if (!p_.generation->finished()) return true;
+    done_ = true;
+    if (p_.generation->engine_died()) {
+      status_ = 500;
+      out->append(engine_dead_error_body());
+    } else {
+      out->append(body());
+    }
+    return false;
+  }
+
+ private:
+  std::string body() {
+    ordered_json choices = ordered_json::array();
+    int64_t completion_tokens = 0;
+    for (const engine::CompletionOutput& c : last_.outputs) {
+      completion_tokens += static_cast<int64_t>(c.token_ids.size());
+      std::optional<std::string> reasoning;
+      std::optional<std::string> content = c.text;
+      if (p_.parse_reasoning) {
+        ReasoningSplit split = split_reasoning(c.text);
+        reasoning = std::move(split.reasoning);
+        content = std::move(split.content);
+      }
+      ordered_json tool_calls = ordered_json::array();
+      if (p_.forced == ToolChoice::Kind::kNamed && content) {
+        tool_calls.push_back(tool_call_json(
+            ToolCall{make_tool_call_id(), p_.request.tool_choice.name, *content}));
+        content = "";
+      } else if (p_.forced == ToolChoice::Kind::kRequired && content) {
+        if (auto calls = parse_required_tool_calls(*content)) {
+          for (const ToolCall& call : *calls) tool_calls.push_back(tool_call_json(call));
+          content = "";
+        }
+      } else if (p_.parse_tools && content) {
+        auto parser = make_tool_parser(*s_.options().tool_call_parser, p_.request.tools).value();
+        ToolParseResult parsed = parser->parse(*content);
+        for (const ToolCall& call : parsed.tool_calls) tool_calls.push_back(tool_call_json(call));
+        content = std::move(parsed.content);
+      }
+      ordered_json message = {{"role", "assistant"}};
+      message["content"] = content ? ordered_json(*content) : ordered_json(nullptr);
+      message["reasoning_content"] = reasoning ? ordered_json(*reasoning) : ordered_json(nullptr);
+      message["tool_calls"] = tool_calls;
+      ordered_json item = {{"index", c.index}, {"message", std::move(message)}};
+      item["logprobs"] = p_.request.logprobs && p_.request.params.logprobs
+                             ? chat_logprobs(s_, c, 0, *p_.request.params.logprobs)
+                             : ordered_json(nullptr);
+      // As vLLM: forced named calls keep the engine's reason; parsed calls report "tool_calls".
+      const bool calls_finish =
+          !tool_calls.empty() && (p_.forced == ToolChoice::Kind::kRequired
+                                      ? c.finish_reason == "stop"
+                                      : p_.forced != ToolChoice::Kind::kNamed);
+      item["finish_reason"] = calls_finish ? std::string("tool_calls") : c.finish_reason;
+      item["stop_reason"] = stop_reason(c);
+      choices.push_back(std::move(item));
+    }
+    ordered_json out = {
+        {"id", p_.id},
+        {"object", "chat.completion"},
+        {"created", p_.created},
+        {"model", s_.model_name()},
+        {"choices", std::move(choices)},
+        {"usage", usage_json(static_cast<int64_t>(p_.prompt.size()), completion_tokens, &s_,
+                             last_.num_cached_tokens)}};
+    return dump_json(out);
+  }
+
+  const OpenAIServing& s_;
+  PreparedChat p_;
+  engine::RequestOutput last_;
+  int status_ = 200;
+  bool done_ = false;
+};
+
 }  // namespace
 
-Expected<ServingResponse> OpenAIServing::chat_completions(std::string_view body) {
+Expected<std::unique_ptr<ResponseStream>> OpenAIServing::chat_completions(std::string_view body) {
   VLLM_ASSIGN_OR_RETURN(PreparedChat p, prepare(*this, body));
-  ServingResponse response;
+  std::unique_ptr<ResponseStream> stream;
   if (p.request.stream) {
-    response.stream = std::make_unique<ChatStream>(*this, std::move(p));
-    return response;
+    stream = std::make_unique<ChatStream>(*this, std::move(p));
+  } else {
+    stream = std::make_unique<ChatCollector>(*this, std::move(p));
   }
-  engine::RequestOutput last;
-  while (!p.generation->finished()) {
-    for (Generation::Update& u : p.generation->next(std::chrono::milliseconds(1000))) {
-      last = std::move(u.output);
-    }
-  }
-  ordered_json choices = ordered_json::array();
-  int64_t completion_tokens = 0;
-  for (const engine::CompletionOutput& c : last.outputs) {
-    completion_tokens += static_cast<int64_t>(c.token_ids.size());
-    std::optional<std::string> reasoning;
-    std::optional<std::string> content = c.text;
-    if (p.parse_reasoning) {
-      ReasoningSplit split = split_reasoning(c.text);
-      reasoning = std::move(split.reasoning);
-      content = std::move(split.content);
-    }
-    ordered_json tool_calls = ordered_json::array();
-    if (p.parse_tools && content) {
-      auto parser = make_tool_parser(*options_.tool_call_parser, p.request.tools).value();
-      ToolParseResult parsed = parser->parse(*content);
-      for (const ToolCall& call : parsed.tool_calls) tool_calls.push_back(tool_call_json(call));
-      content = std::move(parsed.content);
-    }
-    ordered_json message = {{"role", "assistant"}};
-    message["content"] = content ? ordered_json(*content) : ordered_json(nullptr);
-    message["reasoning_content"] = reasoning ? ordered_json(*reasoning) : ordered_json(nullptr);
-    message["tool_calls"] = tool_calls;
-    ordered_json item = {{"index", c.index}, {"message", std::move(message)}};
-    item["logprobs"] = p.request.logprobs && p.request.params.logprobs
-                           ? chat_logprobs(*this, c, 0, *p.request.params.logprobs)
-                           : ordered_json(nullptr);
-    item["finish_reason"] = tool_calls.empty() ? c.finish_reason : std::string("tool_calls");
-    item["stop_reason"] = stop_reason(c);
-    choices.push_back(std::move(item));
-  }
-  ordered_json out = {
-      {"id", p.id},
-      {"object", "chat.completion"},
-      {"created", p.created},
-      {"model", model_name()},
-      {"choices", std::move(choices)},
-      {"usage", usage_json(static_cast<int64_t>(p.prompt.size()), completion_tokens, this,
-                           last.num_cached_tokens)}};
-  response.body = dump_json(out);
-  return response;
+  return stream;
 }
 
 }  // namespace vllm::server

@@ -79,7 +79,7 @@ struct PreparedCompletion {
 
 Expected<PreparedCompletion> prepare(const OpenAIServing& s, std::string_view body) {
   const auto arrival = Generation::Clock::now();
-  VLLM_ASSIGN_OR_RETURN(nlohmann::json json, parse_json_object(body));
+  VLLM_ASSIGN_OR_RETURN(nlohmann::ordered_json json, parse_ordered_json_object(body));
   PreparedCompletion p;
   VLLM_ASSIGN_OR_RETURN(p.request, parse_completion_request(json, s.options().default_params));
   VLLM_RETURN_IF_ERROR(s.check_model(p.request.model));
@@ -108,9 +108,16 @@ Expected<PreparedCompletion> prepare(const OpenAIServing& s, std::string_view bo
   VLLM_RETURN_IF_ERROR(s.fit_to_context(longest, p.request.max_tokens_given, &p.request.params));
   p.id = random_request_id("cmpl-");
   p.created = static_cast<int64_t>(std::time(nullptr));
-  VLLM_ASSIGN_OR_RETURN(p.generation,
-                        Generation::start(s.client(), s.tokenizer(), s.metrics(), p.id, p.prompts,
-                                          p.request.params, arrival));
+  if (const RequestLogger* logger = s.request_logger()) {
+    for (size_t i = 0; i < p.prompts.size(); ++i) {
+      const PromptInput& input = p.request.prompts[i];
+      logger->log_inputs(p.id + "-" + std::to_string(i), input.text ? &*input.text : nullptr,
+                         p.prompts[i], p.request.params);
+    }
+  }
+  VLLM_ASSIGN_OR_RETURN(
+      p.generation, Generation::start(s.client(), s.tokenizer(), s.metrics(), s.request_logger(),
+                                      p.id, p.prompts, p.request.params, arrival));
   return p;
 }
 
@@ -128,20 +135,29 @@ ordered_json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
   return usage;
 }
 
-class CompletionStream final : public EventStream {
+class CompletionStream final : public ResponseStream {
  public:
   CompletionStream(const OpenAIServing& s, PreparedCompletion p) : s_(s), p_(std::move(p)) {
     const int n = std::max(p_.request.params.n, 1);
     choices_.resize(p_.prompts.size() * static_cast<size_t>(n));
   }
 
-  bool next(std::chrono::milliseconds timeout, std::string* out) override {
+  bool streaming() const override { return true; }
+  int status() const override { return 200; }
+  void set_wake(std::function<void()> wake) override { p_.generation->set_wake(std::move(wake)); }
+
+  bool poll(std::string* out) override {
     if (done_) return false;
-    for (const Generation::Update& u : p_.generation->next(timeout)) {
+    for (const Generation::Update& u : p_.generation->next(std::chrono::milliseconds(0))) {
       num_cached_tokens_ = u.output.num_cached_tokens;
       for (const engine::CompletionOutput& c : u.output.outputs) emit(u, c, out);
     }
     if (!p_.generation->finished()) return true;
+    done_ = true;
+    if (p_.generation->engine_died()) {
+      out->append(engine_dead_error_events());
+      return false;
+    }
     if (p_.request.stream_options.include_usage) {
       ordered_json chunk = header();
       chunk["choices"] = ordered_json::array();
@@ -149,7 +165,6 @@ class CompletionStream final : public EventStream {
       out->append("data: ").append(dump_json(chunk)).append("\n\n");
     }
     out->append("data: [DONE]\n\n");
-    done_ = true;
     return false;
   }
 
@@ -239,65 +254,97 @@ class CompletionStream final : public EventStream {
   bool done_ = false;
 };
 
+// The non-streaming answer: collects the outputs, and builds the whole body at the end.
+class CompletionCollector final : public ResponseStream {
+ public:
+  CompletionCollector(const OpenAIServing& s, PreparedCompletion p) : s_(s), p_(std::move(p)) {}
+
+  bool streaming() const override { return false; }
+  int status() const override { return status_; }
+  void set_wake(std::function<void()> wake) override { p_.generation->set_wake(std::move(wake)); }
+
+  bool poll(std::string* out) override {
+    if (done_) return false;
+    for (Generation::Update& u : p_.generation->next(std::chrono::milliseconds(0))) {
+      last_[u.prompt_index] = std::move(u.output);
+    }
+    if (!p_.generation->finished()) return true;
+    done_ = true;
+    if (p_.generation->engine_died()) {
+      status_ = 500;
+      out->append(engine_dead_error_body());
+    } else {
+      out->append(body());
+    }
+    return false;
+  }
+
+ private:
+  std::string body() {
+    const PreparedCompletion& p = p_;
+    const int n = std::max(p.request.params.n, 1);
+    const bool want_logprobs = p.request.params.logprobs.has_value();
+    const int num_top = p.request.params.logprobs.value_or(0);
+    ordered_json choices = ordered_json::array();
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+    for (size_t i = 0; i < p.prompts.size(); ++i) {
+      const engine::RequestOutput& r = last_[i];
+      prompt_tokens += static_cast<int64_t>(p.prompts[i].size());
+      for (const engine::CompletionOutput& c : r.outputs) {
+        completion_tokens += static_cast<int64_t>(c.token_ids.size());
+        std::string text = p.request.echo ? p.prompt_texts[i] + c.text : c.text;
+        ordered_json item = {{"index", i * static_cast<size_t>(n) + static_cast<size_t>(c.index)},
+                             {"text", std::move(text)}};
+        if (want_logprobs) {
+          CompletionLogprobs lp;
+          if (p.request.echo) {
+            for (size_t k = 0; k < p.prompts[i].size(); ++k) {
+              const TokenLogprobs* plp =
+                  k > 0 && k - 1 < r.prompt_logprobs.size() ? &r.prompt_logprobs[k - 1] : nullptr;
+              lp.add(s_, p.prompts[i][k], plp, num_top);
+            }
+          }
+          for (size_t k = 0; k < c.token_ids.size() && k < c.logprobs.size(); ++k) {
+            lp.add(s_, c.token_ids[k], &c.logprobs[k], num_top);
+          }
+          item["logprobs"] = lp.take();
+        } else {
+          item["logprobs"] = nullptr;
+        }
+        item["finish_reason"] = c.finish_reason;
+        item["stop_reason"] = stop_reason(c);
+        item["prompt_logprobs"] = nullptr;
+        choices.push_back(std::move(item));
+      }
+    }
+    ordered_json out = {{"id", p.id},
+                        {"object", "text_completion"},
+                        {"created", p.created},
+                        {"model", s_.model_name()},
+                        {"choices", std::move(choices)},
+                        {"usage", usage_json(prompt_tokens, completion_tokens, &s_,
+                                             last_[p.prompts.size() - 1].num_cached_tokens)}};
+    return dump_json(out);
+  }
+
+  const OpenAIServing& s_;
+  PreparedCompletion p_;
+  std::map<size_t, engine::RequestOutput> last_;
+  int status_ = 200;
+  bool done_ = false;
+};
+
 }  // namespace
 
-Expected<ServingResponse> OpenAIServing::completions(std::string_view body) {
+Expected<std::unique_ptr<ResponseStream>> OpenAIServing::completions(std::string_view body) {
   VLLM_ASSIGN_OR_RETURN(PreparedCompletion p, prepare(*this, body));
-  ServingResponse response;
+  std::unique_ptr<ResponseStream> stream;
   if (p.request.stream) {
-    response.stream = std::make_unique<CompletionStream>(*this, std::move(p));
-    return response;
+    stream = std::make_unique<CompletionStream>(*this, std::move(p));
+  } else {
+    stream = std::make_unique<CompletionCollector>(*this, std::move(p));
   }
-  std::map<size_t, engine::RequestOutput> last;
-  while (!p.generation->finished()) {
-    for (Generation::Update& u : p.generation->next(std::chrono::milliseconds(1000))) {
-      last[u.prompt_index] = std::move(u.output);
-    }
-  }
-  const int n = std::max(p.request.params.n, 1);
-  const bool want_logprobs = p.request.params.logprobs.has_value();
-  const int num_top = p.request.params.logprobs.value_or(0);
-  ordered_json choices = ordered_json::array();
-  int64_t prompt_tokens = 0, completion_tokens = 0;
-  for (size_t i = 0; i < p.prompts.size(); ++i) {
-    const engine::RequestOutput& r = last[i];
-    prompt_tokens += static_cast<int64_t>(p.prompts[i].size());
-    for (const engine::CompletionOutput& c : r.outputs) {
-      completion_tokens += static_cast<int64_t>(c.token_ids.size());
-      std::string text = p.request.echo ? p.prompt_texts[i] + c.text : c.text;
-      ordered_json item = {{"index", i * static_cast<size_t>(n) + static_cast<size_t>(c.index)},
-                           {"text", std::move(text)}};
-      if (want_logprobs) {
-        CompletionLogprobs lp;
-        if (p.request.echo) {
-          for (size_t k = 0; k < p.prompts[i].size(); ++k) {
-            const TokenLogprobs* plp =
-                k > 0 && k - 1 < r.prompt_logprobs.size() ? &r.prompt_logprobs[k - 1] : nullptr;
-            lp.add(*this, p.prompts[i][k], plp, num_top);
-          }
-        }
-        for (size_t k = 0; k < c.token_ids.size() && k < c.logprobs.size(); ++k) {
-          lp.add(*this, c.token_ids[k], &c.logprobs[k], num_top);
-        }
-        item["logprobs"] = lp.take();
-      } else {
-        item["logprobs"] = nullptr;
-      }
-      item["finish_reason"] = c.finish_reason;
-      item["stop_reason"] = stop_reason(c);
-      item["prompt_logprobs"] = nullptr;
-      choices.push_back(std::move(item));
-    }
-  }
-  ordered_json out = {{"id", p.id},
-                      {"object", "text_completion"},
-                      {"created", p.created},
-                      {"model", model_name()},
-                      {"choices", std::move(choices)},
-                      {"usage", usage_json(prompt_tokens, completion_tokens, this,
-                                           last[p.prompts.size() - 1].num_cached_tokens)}};
-  response.body = dump_json(out);
-  return response;
+  return stream;
 }
 
 }  // namespace vllm::server

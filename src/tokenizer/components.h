@@ -88,6 +88,9 @@ class PreTokenizer {
 struct DecodeState {
   bool at_start = true;
   bool fused = false;
+  // Keep the bytes of byte-level and byte-fallback tokens as they are (a token may hold part
+  // of a UTF-8 character); steps that read characters leave such invalid text alone.
+  bool raw_bytes = false;
 };
 class Decoder {
  public:
@@ -96,6 +99,13 @@ class Decoder {
   // True when a decoder in the chain joins consecutive byte tokens <0xNN> (their text can
   // still change while more byte tokens follow).
   virtual bool has_byte_fallback() const { return false; }
+  // Whether this step, applied after the earlier ones (`*fused`: an earlier step joined the
+  // strings into one), only ever appends text as tokens are added at the end -- so a stream
+  // may hand out text before the sequence ends. Updates *fused. False for a step that looks
+  // across token boundaries in fused text (Replace of more than one character, Strip at the
+  // end, ByteFallback or ByteLevel on the joined string): a later token can change text that
+  // earlier tokens produced.
+  virtual bool appends_only(bool* fused) const = 0;
 };
 
 // The special tokens a post-processor adds around a single sequence.

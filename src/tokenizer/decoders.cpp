@@ -34,10 +34,22 @@ class ByteLevelDecoder final : public Decoder {
       }
     }
     std::string text;
-    append_utf8_lossy(&text, bytes);
+    if (state->raw_bytes) {
+      text = std::move(bytes);
+    } else {
+      append_utf8_lossy(&text, bytes);
+    }
     tokens->assign(1, std::move(text));
     state->fused = true;
     return Status::ok();
+  }
+  // Token by token it appends (an incomplete character shows as U+FFFD at the end, which a
+  // stream holds back). On one joined string, a later character outside the byte alphabet
+  // switches the whole string to its own UTF-8.
+  bool appends_only(bool* fused) const override {
+    const bool before = *fused;
+    *fused = true;
+    return !before;
   }
 };
 
@@ -48,6 +60,7 @@ class MetaspaceDecoder final : public Decoder {
   Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       std::string& token = (*tokens)[i];
+      if (state->raw_bytes && find_invalid_utf8(token) != std::string_view::npos) continue;
       bool drop = i == 0 && prepend_ && state->at_start;
       std::string out;
       size_t pos = 0;
@@ -64,6 +77,8 @@ class MetaspaceDecoder final : public Decoder {
     }
     return Status::ok();
   }
+  // One character at a time; the leading space it drops is only ever the text's first.
+  bool appends_only(bool*) const override { return true; }
 
  private:
   char32_t replacement_;
@@ -93,13 +108,13 @@ class ByteFallbackDecoder final : public Decoder {
     return true;
   }
 
-  Status decode_chain(std::vector<std::string>* tokens, DecodeState*) const override {
+  Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     std::vector<std::string> out;
     out.reserve(tokens->size());
     std::string bytes;
     auto flush = [&] {
       if (bytes.empty()) return;
-      if (find_invalid_utf8(bytes) == std::string_view::npos) {
+      if (state->raw_bytes || find_invalid_utf8(bytes) == std::string_view::npos) {
         out.push_back(bytes);
       } else {
         for (size_t k = 0; k < bytes.size(); ++k) out.emplace_back(kReplacementUtf8);
@@ -120,6 +135,9 @@ class ByteFallbackDecoder final : public Decoder {
     return Status::ok();
   }
   bool has_byte_fallback() const override { return true; }
+  // Byte runs are held back by the stream until they end; on one joined string, its end
+  // could still complete a "<0xNN>".
+  bool appends_only(bool* fused) const override { return !*fused; }
 };
 
 class FuseDecoder final : public Decoder {
@@ -131,6 +149,10 @@ class FuseDecoder final : public Decoder {
     state->fused = true;
     return Status::ok();
   }
+  bool appends_only(bool* fused) const override {
+    *fused = true;
+    return true;
+  }
 };
 
 class StripDecoder final : public Decoder {
@@ -140,6 +162,7 @@ class StripDecoder final : public Decoder {
   Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       std::string& token = (*tokens)[i];
+      if (state->raw_bytes && find_invalid_utf8(token) != std::string_view::npos) continue;
       std::vector<size_t> offsets;  // byte offset of each character, plus the end
       std::vector<char32_t> chars;
       size_t pos = 0;
@@ -168,6 +191,9 @@ class StripDecoder final : public Decoder {
     }
     return Status::ok();
   }
+  // Per token it appends; on joined text, the start is cut only at the text's start, but a
+  // cut at the end would take back characters when more follow.
+  bool appends_only(bool* fused) const override { return !*fused || stop_ == 0; }
 
  private:
   char32_t content_;
@@ -178,9 +204,10 @@ class ReplaceDecoder final : public Decoder {
  public:
   ReplaceDecoder(Pattern pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
-  Status decode_chain(std::vector<std::string>* tokens, DecodeState*) const override {
+  Status decode_chain(std::vector<std::string>* tokens, DecodeState* state) const override {
     std::vector<Match> matches;
     for (std::string& token : *tokens) {
+      if (state->raw_bytes && find_invalid_utf8(token) != std::string_view::npos) continue;
       matches.clear();
       VLLM_RETURN_IF_ERROR(pattern_.find_matches(token, &matches));
       if (matches.empty()) continue;
@@ -195,6 +222,17 @@ class ReplaceDecoder final : public Decoder {
       token.swap(out);
     }
     return Status::ok();
+  }
+  // Per token it appends; on joined text only a one-character literal cannot match across
+  // the point where a later token's text begins.
+  bool appends_only(bool* fused) const override {
+    if (!*fused) return true;
+    if (!pattern_.is_literal()) return false;
+    const std::string& s = pattern_.text();
+    size_t pos = 0;
+    if (s.empty()) return false;
+    (void)next_code_point(s, &pos);
+    return pos == s.size();
   }
 
  private:
@@ -215,6 +253,11 @@ class SequenceDecoder final : public Decoder {
       if (part->has_byte_fallback()) return true;
     }
     return false;
+  }
+  bool appends_only(bool* fused) const override {
+    bool all = true;
+    for (const auto& part : parts_) all = part->appends_only(fused) && all;
+    return all;
   }
 
  private:

@@ -30,11 +30,19 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
                                                const DecodeOptions& options,
                                                std::span<const int32_t> prompt_ids)
     : tokenizer_(&tokenizer), options_(options) {
-  space_quirk_ = !options.skip_special_tokens && !options.spaces_between_special_tokens;
+  hold_all_ = !tokenizer.impl().decoder_appends_only;
+  space_quirk_ =
+      !hold_all_ && !options.skip_special_tokens && !options.spaces_between_special_tokens;
   std::span<const int32_t> suffix = prompt_suffix(tokenizer, prompt_ids);
   at_start_ = suffix.size() == prompt_ids.size();
   for (int32_t id : suffix) {
     (void)advance(id, false);  // priming: the prompt's own text is not returned
+  }
+  if (hold_all_ && !ids_.empty()) {  // the primed ids are all context
+    Expected<std::string> context =
+        tokenizer.impl().decode_window(ids_, options.skip_special_tokens, at_start_);
+    if (context) prefix_ = *context;
+    prefix_index_ = ids_.size();
   }
 }
 
@@ -65,6 +73,7 @@ Expected<std::string> IncrementalDetokenizer::advance(int32_t id, bool force) {
       return make_error(ErrorCode::kOutOfRange, "token id {} is not in the vocabulary", id);
     }
     ids_.push_back(id);
+    if (hold_all_) return std::string();  // decoded once, by flush()
   }
   VLLM_ASSIGN_OR_RETURN(std::string text, impl.decode_window(ids_, skip, at_start_));
   if (!force) {
@@ -73,9 +82,11 @@ Expected<std::string> IncrementalDetokenizer::advance(int32_t id, bool force) {
     if (hold) return std::string();
   }
   if (text.size() < prefix_.size() || text.compare(0, prefix_.size(), prefix_) != 0) {
-    // The decoder rewrote text already returned (only decoder chains outside the supported
-    // set do this). Start over from this token, as vLLM resets its stream.
-    if (force) return std::string();
+    // The decoder rewrote text already returned (a hold_all_ chain, whose prompt context and
+    // output decode differently together than apart). Only the held ids remain to return.
+    if (force) {
+      return impl.decode_window(std::span<const int32_t>(ids_).subspan(prefix_index_), skip, false);
+    }
     ids_.assign(1, id);
     at_start_ = false;
     VLLM_ASSIGN_OR_RETURN(std::string fresh, impl.decode_window(ids_, skip, at_start_));

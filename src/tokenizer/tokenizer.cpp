@@ -91,6 +91,8 @@ Expected<Tokenizer> Tokenizer::from_json(std::string_view json_text, std::string
     if (!d) return in_source(d.status());
     impl->decoder = std::move(d).value();
     impl->decoder_has_byte_fallback = impl->decoder->has_byte_fallback();
+    bool fused = false;
+    impl->decoder_appends_only = impl->decoder->appends_only(&fused);
   }
   if (const json* v = json_find(j, "post_processor")) {
     auto p = tok::make_post_processor(*v, "post_processor");
@@ -277,6 +279,20 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
 
 bool Tokenizer::is_special(int32_t id) const {
   return impl_->is_special_id(id);
+}
+
+std::optional<std::string> Tokenizer::token_bytes(int32_t id) const {
+  std::optional<std::string_view> s = impl_->token_string(id);
+  if (!s) return std::nullopt;
+  std::vector<std::string> tokens(1, std::string(*s));
+  if (!impl_->decoder) return tokens[0];
+  tok::DecodeState state;
+  state.at_start = false;
+  state.raw_bytes = true;
+  if (!impl_->decoder->decode_chain(&tokens, &state).is_ok()) return std::nullopt;
+  std::string out;
+  for (const std::string& t : tokens) out += t;
+  return out;
 }
 
 }  // namespace vllm

@@ -54,6 +54,10 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
+  // The bytes token `id` adds to a decoded text in the middle of a sequence, exactly: a
+  // byte-level or byte-fallback token may hold part of a UTF-8 character, which decode()
+  // would replace. For grammar matching (structured outputs). nullopt for unknown ids.
+  std::optional<std::string> token_bytes(int32_t id) const;
 
   struct Impl;
   const Impl& impl() const { return *impl_; }

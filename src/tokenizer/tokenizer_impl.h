@@ -26,6 +26,9 @@ struct Tokenizer::Impl {
   std::optional<tok::PostProcessor> post_processor;
   std::unique_ptr<tok::Decoder> decoder;
   bool decoder_has_byte_fallback = false;
+  // The decoder only appends text as tokens are added (Decoder::appends_only); no decoder
+  // joins tokens with spaces, which appends too.
+  bool decoder_appends_only = true;
 
   // Word caches, one per concurrent encoder (an encode call holds one for its duration).
   struct CacheShard {

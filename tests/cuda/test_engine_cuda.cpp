@@ -1,9 +1,11 @@
 // The engine core on CUDA (BF16) on the golden checkpoints: chunked prefill next to
 // decodes, batches of mixed requests, preemption and resumption give each request the greedy
 // tokens it gets alone -- up to the first step where the alone run's top-2 log-prob margin is
-// below 0.05 (BF16 rounding may flip a near-tie) -- and every KV block and GDN state slot is
-// free at the end. Seeded sampling is reproducible whatever the batch. The demo model's
-// greedy continuation on CUDA follows the CPU's. Skipped without a GPU.
+// below 0.05, 0.25 for the hybrids (BF16 rounding may flip a near-tie) -- and every KV block
+// and GDN state slot is
+// free at the end. Seeded sampling is reproducible whatever the batch. Decode steps replayed
+// from CUDA graphs give the eager steps' tokens. The demo model's greedy continuation on CUDA
+// follows the CPU's. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -21,7 +23,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr float kMargin = 0.05f;
+// The margin rule of the golden tests (test_models_cuda.cpp): 0.05 for attention-only models,
+// 0.25 for the hybrids, whose Gated DeltaNet layers amplify BF16 rounding -- there a request
+// alone (GEMV-sized products) and in a batch (GEMM-sized) may part at a near-tie.
+float margin_for(const std::string& model) {
+  return model == "llama" || model == "qwen3" ? 0.05f : 0.25f;
+}
 
 std::unique_ptr<EngineCore> make_engine(const std::string& name, EngineConfig config) {
   LoadOptions options;
@@ -95,7 +102,8 @@ std::vector<Job> greedy_jobs(int count, int64_t vocab, uint32_t seed, int max_to
 }
 
 // Tokens equal to the alone run's up to its first near-tie; returns how many were compared.
-int64_t expect_same_up_to_margin(const Result& got, const Result& alone, const std::string& what) {
+int64_t expect_same_up_to_margin(const Result& got, const Result& alone, const std::string& what,
+                                 float margin) {
   int64_t compared = 0;
   for (size_t i = 0; i < alone.tokens.size(); ++i) {
     if (i >= got.tokens.size()) {
@@ -105,7 +113,7 @@ int64_t expect_same_up_to_margin(const Result& got, const Result& alone, const s
     EXPECT_EQ(got.tokens[i], alone.tokens[i]) << what << " token " << i;
     if (got.tokens[i] != alone.tokens[i]) break;
     ++compared;
-    if (i < alone.margins.size() && alone.margins[i] < kMargin) break;
+    if (i < alone.margins.size() && alone.margins[i] < margin) break;
   }
   return compared;
 }
@@ -131,7 +139,8 @@ TEST_P(EngineCuda, MixedBatchWithChunkedPrefillMatchesAlone) {
     auto alone = run(*alone_core, {job});
     EXPECT_EQ(together[job.id].tokens.size(), 10u);
     EXPECT_EQ(together[job.id].status, RequestStatus::kFinishedLengthCapped);
-    compared += expect_same_up_to_margin(together[job.id], alone[job.id], GetParam() + " " + job.id);
+    compared += expect_same_up_to_margin(together[job.id], alone[job.id], GetParam() + " " + job.id,
+                                         margin_for(GetParam()));
   }
   EXPECT_GE(compared, 24) << "the margin rule left too few tokens to compare";
   std::printf("%s: %lld greedy tokens compared\n", GetParam().c_str(),
@@ -151,7 +160,8 @@ TEST_P(EngineCuda, PreemptionKeepsOutputs) {
   for (const Job& job : jobs) {
     auto alone_core = make_engine(GetParam(), EngineConfig{});
     auto alone = run(*alone_core, {job});
-    expect_same_up_to_margin(results[job.id], alone[job.id], GetParam() + " " + job.id);
+    expect_same_up_to_margin(results[job.id], alone[job.id], GetParam() + " " + job.id,
+                                         margin_for(GetParam()));
   }
 }
 
@@ -171,6 +181,35 @@ TEST_P(EngineCuda, SeededSamplingIgnoresBatchComposition) {
     auto alone = run(*alone_core, {job});
     EXPECT_EQ(together[job.id].tokens, alone[job.id].tokens) << job.id;
   }
+}
+
+// Decode steps replayed from CUDA graphs (padded to the captured sizes 1, 2, 4, 8, 16) give
+// the tokens eager steps give, as requests join and leave the batch.
+TEST_P(EngineCuda, CudaGraphsMatchEager) {
+  EngineConfig config;
+  config.scheduler.max_num_seqs = 16;
+  config.scheduler.max_num_batched_tokens = 96;
+  auto graphs = make_engine(GetParam(), config);
+  config.enforce_eager = true;
+  auto eager = make_engine(GetParam(), config);
+  ASSERT_TRUE(graphs && eager);
+  auto jobs = greedy_jobs(20, graphs->model_config().vocab_size, 23, 14);
+  for (size_t i = 0; i < jobs.size(); ++i) jobs[i].params.max_tokens = 6 + static_cast<int>(i % 9);
+  auto with_graphs = run(*graphs, jobs);
+  auto without = run(*eager, jobs);
+  EXPECT_GT(graphs->stats().num_cuda_graph_steps, 10);
+  EXPECT_EQ(eager->stats().num_cuda_graph_steps, 0);
+  int64_t compared = 0;
+  for (const Job& job : jobs) {
+    EXPECT_EQ(with_graphs[job.id].tokens.size(), static_cast<size_t>(*job.params.max_tokens));
+    compared += expect_same_up_to_margin(with_graphs[job.id], without[job.id],
+                                         GetParam() + " " + job.id,
+                                         margin_for(GetParam()));
+  }
+  EXPECT_GE(compared, 40) << "the margin rule left too few tokens to compare";
+  std::printf("%s: %lld greedy tokens compared, %lld graph steps\n", GetParam().c_str(),
+              static_cast<long long>(compared),
+              static_cast<long long>(graphs->stats().num_cuda_graph_steps));
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, EngineCuda,
@@ -210,7 +249,7 @@ TEST(DemoModelCuda, GreedyContinuationMatchesCpu) {
   const Result& cpu = results[0][job.id];
   const Result& gpu = results[1][job.id];
   ASSERT_EQ(cpu.tokens.size(), 64u);
-  const int64_t compared = expect_same_up_to_margin(gpu, cpu, "demo model on CUDA");
+  const int64_t compared = expect_same_up_to_margin(gpu, cpu, "demo model on CUDA", 0.05f);
   EXPECT_GE(compared, 8) << "the margin rule left too few tokens to compare";
   auto text = tokenizer->decode(gpu.tokens, DecodeOptions{});
   std::printf("demo model on CUDA: %lld greedy tokens equal to the CPU's; def fibonacci(n):%s\n",

@@ -82,11 +82,11 @@ class GemmCuda : public cuda_test::CudaTest {
 
     Tensor weight_gpu = to_device(weight);
     Tensor bias_gpu = bias.defined() ? to_device(bias) : Tensor();
-    // Small batches: the batched GEMV (the default) and cuBLASLt.
-    for (int64_t gemv_rows : {cuda::kGemvCrossoverRows, int64_t{0}}) {
-      if (gemv_rows == 0 && c.m > cuda::kGemvCrossoverRows) continue;
-      SCOPED_TRACE(c.m <= gemv_rows ? "batched GEMV" : "cuBLASLt");
-      ASSERT_TRUE(blas_->set_gemv_max_rows(gemv_rows).is_ok());
+    // The default dispatch (the batched GEMV for narrow outputs at small M), then cuBLASLt.
+    for (bool cublas_only : {false, true}) {
+      SCOPED_TRACE(cublas_only ? "cuBLASLt" : "default dispatch");
+      ASSERT_TRUE(blas_->set_gemv_max_rows(cublas_only ? 0 : cuda::kGemvCrossoverRows).is_ok());
+      blas_->set_gemv_narrow(!cublas_only);
       Operand out = nan_operand(c.m, c.n, c.out_dtype, c.out_layout);
       s = cuda::linear(*blas_, x.view, weight_gpu, bias_gpu, out.view, nullptr);
       ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -94,6 +94,7 @@ class GemmCuda : public cuda_test::CudaTest {
       EXPECT_TRUE(out.outside_untouched());
     }
     ASSERT_TRUE(blas_->set_gemv_max_rows(cuda::kGemvCrossoverRows).is_ok());
+    blas_->set_gemv_narrow(true);
   }
 
   std::unique_ptr<cuda::BlasContext> blas_;
@@ -187,6 +188,7 @@ TEST_F(GemmCuda, EmptyBatchIsANoOp) {
 // The heuristic runs once per (shape, dtypes, strides, alignment); repeats reuse the plan.
 TEST_F(GemmCuda, PlansAreCachedPerShape) {
   ASSERT_TRUE(blas_->set_gemv_max_rows(0).is_ok());  // these sizes would take the GEMV
+  blas_->set_gemv_narrow(false);
   Tensor weight = to_device(random_tensor({256, 128}, kBF16, rng_, 0.0f, 0.1f));
   Tensor bias = to_device(random_tensor({256}, kBF16, rng_, 0.0f, 0.1f));
   auto run = [&](int64_t m, bool with_bias) {

@@ -74,9 +74,12 @@ class GemvCuda : public cuda_test::CudaTest {
 
   // cuda::linear through cuBLASLt alone.
   Status cublas_linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& out) {
+    const int64_t rows = blas_->gemv_max_rows();
     VLLM_RETURN_IF_ERROR(blas_->set_gemv_max_rows(0));
+    blas_->set_gemv_narrow(false);
     Status s = cuda::linear(*blas_, x, w, b, out, nullptr);
-    VLLM_RETURN_IF_ERROR(blas_->set_gemv_max_rows(cuda::kGemvCrossoverRows));
+    blas_->set_gemv_narrow(true);
+    VLLM_RETURN_IF_ERROR(blas_->set_gemv_max_rows(rows));
     return s;
   }
 
@@ -233,6 +236,30 @@ TEST_F(GemvCuda, LinearDispatchesByBatchSize) {
     EXPECT_TRUE(cuda_test::same_values(cuda_test::to_host_f32(via_linear),
                                        cuda_test::to_host_f32(expected)));
     EXPECT_EQ(plans, gemv ? 0u : 1u) << "cuBLASLt plans made";
+  }
+}
+
+// By default, narrow products (a router's 257 outputs) at small M take the GEMV (bit-identical
+// to gemv(), no cuBLASLt plan); wide ones and larger M cuBLASLt.
+TEST_F(GemvCuda, NarrowProductsTakeTheGemvByDefault) {
+  const int64_t k = 2048;
+  for (int64_t n : {int64_t{257}, cuda::kGemvNarrowMaxN, cuda::kGemvNarrowMaxN + 1}) {
+    Tensor w = to_device(random_tensor({n, k}, kBF16, rng_, 0.0f, 0.05f));
+    for (int64_t m : {int64_t{1}, cuda::kGemvMaxRows, cuda::kGemvMaxRows + 1}) {
+      SCOPED_TRACE(fmt::format("M = {}, N = {}", m, n));
+      Tensor x = to_device(random_tensor({m, k}, kBF16, rng_, 0.0f, 1.0f));
+      Tensor via_linear = to_device(Tensor::empty({m, n}, kF32));
+      Tensor expected = to_device(Tensor::empty({m, n}, kF32));
+      const size_t before = blas_->cached_plans();
+      ASSERT_TRUE(cuda::linear(*blas_, x, w, Tensor(), via_linear, nullptr).is_ok());
+      const bool gemv = m <= cuda::kGemvMaxRows && n <= cuda::kGemvNarrowMaxN;
+      EXPECT_EQ(blas_->cached_plans() - before, gemv ? 0u : 1u) << "cuBLASLt plans made";
+      Status s = gemv ? cuda::gemv(x, w, Tensor(), expected, nullptr)
+                      : cublas_linear(x, w, Tensor(), expected);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      EXPECT_TRUE(cuda_test::same_values(cuda_test::to_host_f32(via_linear),
+                                         cuda_test::to_host_f32(expected)));
+    }
   }
 }
 

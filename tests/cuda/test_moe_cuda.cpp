@@ -32,6 +32,8 @@
 #include "backend/cpu/moe.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/moe.cuh"
+#include "ops/exec_context.h"
+#include "ops/ops.h"
 #include "cuda_device_util.h"
 #include "cuda_test_util.h"
 
@@ -129,6 +131,30 @@ TEST_F(MoeCuda, RouteMatchesCpu) {
       EXPECT_TRUE(same_ids(to_host(ids), ref_ids));
       EXPECT_TRUE(relative_l2(to_host_f32(w), ref_w, 1e-5));
     }
+  }
+}
+
+// With the shared expert's slot: slot k is expert E with weight sigmoid(column E); slots
+// 0..k-1 are the plain routing of columns 0..E-1 (the op layer's CPU path is the reference).
+TEST_F(MoeCuda, RouteWithSharedSlotMatchesCpu) {
+  auto cpu_rt = DeviceRuntime::create(Device::cpu(), DType::kF32);
+  ASSERT_TRUE(cpu_rt.has_value());
+  for (const RouteCase& c : kRouteCases) {
+    if (c.top_k + 1 > cuda::kMoeMaxTopK) continue;
+    SCOPED_TRACE(c.name);
+    const int64_t t = c.tokens, e = c.experts, k = c.top_k;
+    Tensor logits = quantised_logits(t, e + 1, rng_);
+    Tensor ref_w = Tensor::empty({t, k + 1}, DType::kF32);
+    Tensor ref_ids = Tensor::empty({t, k + 1}, DType::kI64);
+    ASSERT_OK(ops::moe_route((*cpu_rt)->context(), logits, k, true, ref_w, ref_ids, true));
+    for (int64_t r = 0; r < t; ++r) {
+      ASSERT_EQ(ref_ids.data<int64_t>()[r * (k + 1) + k], e);
+    }
+    Tensor w = to_device(fill_nan({t, k + 1}, DType::kF32));
+    Tensor ids = to_device(i64_filled({t, k + 1}, -7));
+    ASSERT_OK(cuda::moe_route(to_device(logits), k, true, w, ids, kStream, true));
+    EXPECT_TRUE(same_ids(to_host(ids), ref_ids));
+    EXPECT_TRUE(relative_l2(to_host_f32(w), ref_w, 1e-5));
   }
 }
 

@@ -1,7 +1,7 @@
 // Paged attention's CUDA kernels run on the CPU (emulator.h) against the CPU reference op:
 // the indexing, causal masking, key splitting and merging, small/large block routing and
 // the never-read guarantees (NaN-poisoned cache blocks, slots and table entries) are checked
-// on every CI run, not only on the GPU machine. The shapes are smaller than the GPU test's
+// on every CI run, not only where a GPU is. The shapes are smaller than the GPU test's
 // (one OS thread per CUDA thread is slow) but reach every code path: split and unsplit small
 // blocks, several tokens in a small block, large blocks with partial last tiles, every
 // tile shape (D 64/128/256 x F32/BF16), block sizes 16/32/64, GQA groups 1 to 16.

@@ -3,6 +3,7 @@
 // VLLM_E2E_MODEL (the served name), VLLM_E2E_MODEL_DIR (the model folder) and VLLM_E2E_BIN
 // (the vllm binary, for `vllm generate --json` references).
 import { execFile, execFileSync } from "node:child_process";
+import fs from "node:fs";
 import { promisify } from "node:util";
 import OpenAI from "openai";
 
@@ -95,4 +96,11 @@ export function splitReasoning(text) {
 export function streamedChatText(text) {
   if (!text.startsWith("<think>")) return text;
   return text.slice("<think>".length).replace("</think>", "");
+}
+
+// A process's thread count and resident memory, from /proc/PID/status.
+export function processStats(pid) {
+  const text = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+  const field = (name) => Number(text.match(new RegExp(`^${name}:\\s+(\\d+)`, "m"))[1]);
+  return { threads: field("Threads"), rssMb: field("VmRSS") / 1024, hwmMb: field("VmHWM") / 1024 };
 }

@@ -3,8 +3,10 @@
 # Qwen3.5 MoE checkpoint (tests/golden/qwen3_5_moe, symlinked) plus the small Qwen3-derived
 # tokenizer in tests/e2e/fixtures/, starts build/src/cli/vllm serve on 127.0.0.1 with a free
 # port, waits for /health, then runs the official-client tests (test_*.mjs), the curl tests
-# and finally the SIGTERM test (a stream in flight finishes, the server exits 0). The server
-# is always killed on the way out.
+# and finally the SIGTERM test (a stream in flight finishes, the server exits 0). On a
+# sanitizer build (VLLM_BUILD_DIR=build-asan) a sanitizer report in the server's log fails
+# the run, as does the non-zero exit status it causes. The server is always killed on the
+# way out.
 #
 #   bash tests/e2e/run.sh            (VLLM_BUILD_DIR=build by default)
 # Needs node + tests/e2e/node_modules (scripts/fetch_e2e_deps.sh), curl and jq.
@@ -14,7 +16,7 @@ cd "$root"
 build=${VLLM_BUILD_DIR:-build}
 bin="$root/$build/src/cli/vllm"
 [ -x "$bin" ] || { echo "e2e: $bin not built"; exit 1; }
-[ -d tests/e2e/node_modules/openai ] || { echo "e2e: run scripts/fetch_e2e_deps.sh first"; exit 1; }
+[ -d tests/e2e/node_modules/openai ] && [ -d tests/e2e/node_modules/ajv ] || { echo "e2e: run scripts/fetch_e2e_deps.sh first"; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-e2e.XXXXXX")
 server_pid=""
@@ -45,7 +47,7 @@ for f in tests/golden/qwen3_5_moe/*; do
 done
 cp tests/e2e/fixtures/tiny_qwen3_tokenizer/tokenizer.json tests/e2e/fixtures/tiny_qwen3_tokenizer/tokenizer_config.json "$model/"
 
-max_model_len=512
+max_model_len=1024  # room for the tool definitions the chat template writes into prompts
 max_request_bytes=1048576
 export VLLM_E2E_KEY="e2e-secret"
 export VLLM_E2E_MODEL="tiny"
@@ -55,6 +57,7 @@ export VLLM_E2E_MAX_MODEL_LEN=$max_model_len
 export VLLM_E2E_MAX_REQUEST_BYTES=$max_request_bytes
 
 log="$work/server.log"
+: >"$log"  # exists before the server starts, so the port poll below can read it at once
 "$bin" serve "$model" --host 127.0.0.1 --port 0 --served-model-name "$VLLM_E2E_MODEL" \
   --api-key "$VLLM_E2E_KEY" --max-model-len $max_model_len --max-num-seqs 96 --kv-cache-memory-bytes 67108864 \
   --max-request-bytes $max_request_bytes --enable-auto-tool-choice --tool-call-parser hermes \
@@ -84,6 +87,7 @@ run node tests/e2e/test_openai.mjs
 run node tests/e2e/test_errors.mjs
 run node tests/e2e/test_streaming.mjs
 run node tests/e2e/test_concurrency.mjs
+run node tests/e2e/test_structured.mjs
 run bash tests/e2e/test_curl.sh
 
 # SIGTERM: a stream in flight completes, new connections are refused, exit status 0.
@@ -112,6 +116,13 @@ if [ "$server_status" == 0 ] && [ "$finish_reason" == "length" ] && [ "$refused"
   echo "e2e: PASS SIGTERM drains and exits 0"
 else
   echo "e2e: FAIL SIGTERM"; tail -n 20 "$log"; status=1
+fi
+
+sanitizer_report='ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (Address|Leak|UndefinedBehavior)Sanitizer'
+if grep -qE "$sanitizer_report" "$log"; then
+  echo "e2e: FAIL the server reported sanitizer errors:"
+  grep -E -A 30 "$sanitizer_report" "$log" | head -n 80
+  status=1
 fi
 
 [ $status == 0 ] && echo "e2e: all passed" || { echo "e2e: server log tail:"; tail -n 30 "$log"; }

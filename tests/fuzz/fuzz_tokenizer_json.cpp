@@ -60,9 +60,13 @@ void check_decode(const vllm::Tokenizer& t, const std::vector<int32_t>& ids) {
     auto tail = stream.flush();
     require(tail.has_value(), "flush failed after successful steps");
     streamed += *tail;
-    // Decoder chains outside the supported set may reset the stream; they still must not
-    // emit partial characters, checked above. Equality is the contract for the rest.
-    (void)streamed;
+    if (streamed != *text) {
+      std::fprintf(stderr, "skip_special_tokens=%d ids:", skip ? 1 : 0);
+      for (int32_t id : ids) std::fprintf(stderr, " %d", id);
+      std::fprintf(stderr, "\ndecode:   \"%s\"\nstreamed: \"%s\"\n", text->c_str(),
+                   streamed.c_str());
+      require(false, "the streamed pieces do not concatenate to decode()");
+    }
   }
 }
 

@@ -43,12 +43,13 @@ Status write_json(const std::filesystem::path& path, const nlohmann::json& j) {
 }  // namespace
 
 Status write_tiny_checkpoint(const std::filesystem::path& dir, const std::string& arch,
-                             uint64_t seed) {
+                             uint64_t seed, int64_t vocab_size) {
   if (arch != "llama" && arch != "qwen3") {
     return make_error(ErrorCode::kInvalidArgument, "arch must be llama or qwen3, got '{}'", arch);
   }
   const bool qwen3 = arch == "qwen3";
-  const Dims d;
+  Dims d;
+  if (vocab_size > 0) d.vocab = vocab_size;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)

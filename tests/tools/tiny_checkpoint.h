@@ -13,7 +13,9 @@
 namespace vllm::testing {
 
 // arch: "llama" (tied embeddings, llama3 rope scaling) or "qwen3" (q/k norm, untied head).
+// vocab_size 0 keeps the small default (512); a real tokenizer's size pairs the checkpoint
+// with that tokenizer.
 Status write_tiny_checkpoint(const std::filesystem::path& dir, const std::string& arch,
-                             uint64_t seed);
+                             uint64_t seed, int64_t vocab_size = 0);
 
 }  // namespace vllm::testing

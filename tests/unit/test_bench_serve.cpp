@@ -1,17 +1,24 @@
 // `vllm bench serve` end to end against a fake OpenAI-compatible server started in the test:
 // httplib::Server on 127.0.0.1 streaming one SSE chunk per token a few ms apart, then a usage
-// chunk and [DONE]. Checks the counts, that every result JSON key is there, that the client
-// never has more requests in flight than --max-concurrency, the chat backend, the fallback
-// to chunk counting without usage, and failures (HTTP 500, nothing listening).
+// chunk and [DONE]. Checks the counts, that every result JSON key is there, that the summary
+// statistics are the ones the per-request samples in the same JSON give (not how fast
+// anything ran), that the client never has more requests in flight than --max-concurrency,
+// that requests leave on the seeded arrival schedule, the chat backend, the fallback to
+// chunk counting without usage, and failures (HTTP 500, nothing listening).
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <thread>
+#include <tuple>
+#include <vector>
 
+#include "bench/arrivals.h"
 #include "bench/random_dataset.h"
 #include "bench/serve_benchmark.h"
 
@@ -120,6 +127,61 @@ std::vector<SampleRequest> token_id_requests(int64_t n, int64_t input_len, int64
   return *r;
 }
 
+double mean_of(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  if (n == 0) return 0.0;
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The mean and median of TTFT, TPOT, ITL and E2EL that the result JSON reports are those of
+// its own per-request samples: ttfts[i], itls[i] (seconds), output_lens[i]. A completions
+// request's end-to-end latency is its TTFT plus its ITL gaps (both end at the last chunk
+// with a choice), and its TPOT is (e2el - ttft) / (output_len - 1). The chat client ends a
+// request at its last event, the usage chunk included (as vLLM's does), so there E2EL and
+// TPOT are at least those figures. Returns the number of requests checked.
+size_t expect_summaries_match_samples(const nlohmann::json& j, bool chat = false) {
+  std::vector<double> ttft, tpot, itl, e2el;
+  for (size_t i = 0; i < j["ttfts"].size(); ++i) {
+    if (!j["errors"][i].get<std::string>().empty()) continue;
+    const double first = j["ttfts"][i].get<double>();
+    double gaps = 0;
+    for (const auto& gap : j["itls"][i]) {
+      itl.push_back(gap.get<double>());
+      gaps += gap.get<double>();
+    }
+    const int64_t len = j["output_lens"][i].get<int64_t>();
+    ttft.push_back(first);
+    e2el.push_back(first + gaps);
+    if (len > 1) tpot.push_back(gaps / static_cast<double>(len - 1));
+  }
+  // got (ms) equals want (s), or, when at_least, is no smaller.
+  auto matches = [](double got, double want_s, bool at_least) {
+    const double want = want_s * 1000, slack = 1e-9 * std::max(1.0, std::fabs(want));
+    return at_least ? got >= want - slack : std::fabs(got - want) <= slack;
+  };
+  const std::tuple<const char*, const std::vector<double>*, bool> metrics[] = {
+      {"ttft", &ttft, false}, {"tpot", &tpot, chat}, {"itl", &itl, false}, {"e2el", &e2el, chat}};
+  for (const auto& [name, samples, at_least] : metrics) {
+    const std::string m = name;
+    EXPECT_TRUE(matches(j["mean_" + m + "_ms"].get<double>(), mean_of(*samples), at_least))
+        << "mean_" << m << "_ms " << j["mean_" + m + "_ms"] << ", from the samples "
+        << 1000 * mean_of(*samples);
+    EXPECT_TRUE(matches(j["median_" + m + "_ms"].get<double>(), median_of(*samples), at_least))
+        << "median_" << m << "_ms " << j["median_" + m + "_ms"] << ", from the samples "
+        << 1000 * median_of(*samples);
+  }
+  // Every request ran inside the benchmark's duration.
+  for (double e : e2el) EXPECT_LE(e, j["duration"].get<double>());
+  return ttft.size();
+}
+
 ServeBenchmarkOptions options_for(const FakeOpenAiServer& server) {
   ServeBenchmarkOptions o;
   o.endpoint.base_url = server.base_url();
@@ -168,7 +230,7 @@ TEST(BenchServe, CountsAndEveryJsonKey) {
     for (const char* stat : {"mean", "median", "std", "p50", "p99"}) {
       const std::string key = std::string(stat) + "_" + metric + "_ms";
       ASSERT_TRUE(j.contains(key)) << key;
-      EXPECT_GT(j[key].get<double>(), 0.0) << key;
+      EXPECT_TRUE(j[key].is_number() && j[key].get<double>() >= 0.0) << key << " " << j[key];
     }
   }
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -178,9 +240,7 @@ TEST(BenchServe, CountsAndEveryJsonKey) {
     EXPECT_EQ(j["itls"][i].size(), static_cast<size_t>(requests[i].expected_output_len - 1));
     EXPECT_EQ(j["errors"][i], "");
   }
-  // Each token is 2 ms apart on the server, so TPOT and ITL are at least that.
-  EXPECT_GE(j["mean_tpot_ms"].get<double>(), 1.5);
-  EXPECT_GE(j["median_itl_ms"].get<double>(), 1.5);
+  EXPECT_EQ(expect_summaries_match_samples(j), 12u);
   EXPECT_LE(server.max_in_flight(), 3);
   EXPECT_EQ(server.num_requests(), 13);  // the ready check plus 12
   const nlohmann::json body = server.last_body();
@@ -207,7 +267,17 @@ TEST(BenchServe, ChatBackendAndRequestRate) {
   EXPECT_EQ(result->json["completed"], 4);
   EXPECT_EQ(result->json["total_output_tokens"], 20);
   EXPECT_EQ(result->json["request_rate"], 50.0);
-  EXPECT_GE(result->duration_s, 0.06);
+  // No request left before its time on the seeded schedule (the last one at 4 / 50 s).
+  auto send_times = request_send_times(4, 50.0, 1.0, 1);
+  ASSERT_TRUE(send_times.has_value());
+  ASSERT_EQ(result->outputs.size(), 4u);
+  EXPECT_NEAR(send_times->back(), 4 / 50.0, 1e-12);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_GE(result->outputs[i].start_time, (*send_times)[i]) << "request " << i;
+    EXPECT_LE(result->outputs[i].start_time + result->outputs[i].latency, result->duration_s)
+        << "request " << i;
+  }
+  EXPECT_EQ(expect_summaries_match_samples(result->json, /*chat=*/true), 4u);
   EXPECT_EQ(server.last_body()["messages"][0]["content"], "hello there");
 }
 

@@ -1,6 +1,7 @@
 // The engine client: requests from several threads, streamed outputs, aborts, shutdown.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -136,6 +137,62 @@ TEST(EngineClient, AddRequestsShareOneStream) {
   ASSERT_TRUE(ok.has_value());
   collect(**ok, &status);
   EXPECT_EQ(client->max_model_len(), 128);
+}
+
+// A failed step kills the engine: requests in flight end aborted, new ones are refused.
+TEST(EngineClient, FailedStepKillsTheEngine) {
+  auto client = make_client();
+  EXPECT_FALSE(client->dead());
+  client->fail_after_steps(3);
+  auto stream = client->add_request("doomed", {1, 2, 3}, greedy(50));
+  ASSERT_TRUE(stream.has_value());
+  RequestStatus status{};
+  const std::vector<int32_t> tokens = collect(**stream, &status);
+  EXPECT_EQ(status, RequestStatus::kFinishedAborted);
+  EXPECT_EQ(tokens.size(), 2u);  // two steps ran, the third failed
+  EXPECT_TRUE(client->dead());
+  auto refused = client->add_request("later", {1, 2}, greedy(2));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInternal);
+  EXPECT_NE(client->death_status().message().find("test hook"), std::string::npos);
+}
+
+// Per-step token counts (vLLM's iteration tokens), the engine's request events, and the
+// stream's notify hook.
+TEST(EngineClient, StepStatsEventsAndNotify) {
+  auto client = make_client();
+  std::atomic<int64_t> prompt_tokens{0}, generation_tokens{0}, steps{0};
+  client->set_step_observer([&](const EngineClient::StepStats& step) {
+    prompt_tokens += step.num_prompt_tokens;
+    generation_tokens += step.num_generation_tokens;
+    ++steps;
+  });
+  auto stream = client->add_request("counted", {3, 5, 7, 9}, greedy(6));
+  ASSERT_TRUE(stream.has_value());
+  std::atomic<int> notified{0};
+  (*stream)->set_notify([&] { ++notified; });
+  std::vector<EngineCoreEvent> events;
+  int outputs = 0;
+  while (auto out = (*stream)->next()) {
+    ++outputs;
+    events.insert(events.end(), out->events.begin(), out->events.end());
+  }
+  (*stream)->set_notify(nullptr);
+  // The observer runs after the step's outputs are delivered: give the last call its moment.
+  for (int i = 0; i < 2000 && steps.load() < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GE(notified.load(), 1);
+  EXPECT_LE(notified.load(), outputs);
+  EXPECT_EQ(generation_tokens.load(), 6);
+  EXPECT_EQ(prompt_tokens.load(), 4);  // counted once, with the first token
+  EXPECT_EQ(steps.load(), 6);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0].type, EngineCoreEventType::kQueued);
+  EXPECT_EQ(events[1].type, EngineCoreEventType::kScheduled);
+  EXPECT_LE(events[0].timestamp, events[1].timestamp);
+  EXPECT_LE(events[1].timestamp, monotonic_seconds());
+  client->set_step_observer(nullptr);
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ void expect_same(const std::map<std::string, Result>& cached,
       const TokenLogprobs &g = got.logprobs[t], &w = want.logprobs[t];
       ASSERT_EQ(g.top_logprobs.size(), w.top_logprobs.size());
       // The chosen token's and the top 20 logprobs (sorted values: near-equal tokens may swap
-      // ranks), as one vector, to DESIGN.md's relative L2 measure.
+      // ranks), as one vector, by relative L2 error (docs/design.md, Numerics).
       double err = (double(g.logprob) - w.logprob) * (double(g.logprob) - w.logprob);
       double norm = double(w.logprob) * w.logprob;
       for (size_t k = 0; k < w.top_logprobs.size(); ++k) {

@@ -2,12 +2,15 @@
 //   - prefill logits at every position within relative L2 1e-4;
 //   - greedy decoding (our own argmax fed back) gives the reference tokens up to the first
 //     reference step whose top-2 log-prob margin is below 1e-3, and each decode step's logits
-//     match the reference's within 1e-4 while the tokens agree.
+//     match the reference's within 1e-4 while the tokens agree;
+//   - that comparison covers at least kMinComparedSteps greedy steps per model, so a change
+//     that shortens it (fewer prompts or steps, a higher margin floor) fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -24,6 +27,13 @@ namespace fs = std::filesystem;
 
 constexpr double kLogitsTolerance = 1e-4;
 constexpr float kMarginFloor = 1e-3f;
+// Greedy steps compared per model: every step of the references written by
+// scripts/make_golden.py (4 prompts x 32 steps, none of them a near-tie).
+const std::map<std::string, int64_t> kMinComparedSteps = {{"llama", 128},
+                                                          {"qwen3", 128},
+                                                          {"qwen3_5_dense", 128},
+                                                          {"qwen3_5_moe", 128},
+                                                          {"qwen3_next", 128}};
 
 int64_t argmax(const float* row, int64_t n) {
   int64_t best = 0;
@@ -96,6 +106,9 @@ TEST_P(GoldenTest, MatchesTransformers) {
     }
   }
   EXPECT_GE(prompts, 3);
+  ASSERT_EQ(kMinComparedSteps.count(GetParam()), 1u) << "no minimum for " << GetParam();
+  EXPECT_GE(compared_steps, kMinComparedSteps.at(GetParam()))
+      << GetParam() << ": fewer greedy steps compared than the reference holds";
   std::printf("%-14s %d prompts: worst prefill rel L2 %.2e, worst decode rel L2 %.2e, %lld greedy "
               "tokens equal\n",
               GetParam().c_str(), prompts, worst_prefill, worst_decode,

@@ -2,102 +2,28 @@
 // fixture tokenizer, HttpServer on a free loopback port, httplib's client (and a raw socket
 // for a client that leaves mid-stream). Checks what the sanitizer build should exercise:
 // streams, n > 1, errors, a disconnect freeing its blocks, and shutdown draining a stream.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <thread>
 
-#include "model/model.h"
-#include "server/http_server.h"
-#include "server/serving.h"
-#include "temp_dir.h"
+#include "http_server_fixture.h"
 
 namespace vllm::server {
 namespace {
 
-namespace fs = std::filesystem;
-
-class HttpServerTest : public ::testing::Test {
+class HttpServerTest : public testing::HttpServerFixture {
  protected:
   void SetUp() override {
-    const fs::path golden = fs::path(VLLM_SOURCE_DIR) / "tests/golden/qwen3_5_moe";
-    for (const auto& entry : fs::directory_iterator(golden)) {
-      if (entry.path().filename().string().rfind("reference", 0) == 0) continue;
-      fs::create_symlink(entry.path(), dir_.path() / entry.path().filename());
-    }
-    const fs::path fixture = fs::path(VLLM_SOURCE_DIR) / "tests/e2e/fixtures/tiny_qwen3_tokenizer";
-    fs::copy_file(fixture / "tokenizer.json", dir_ / "tokenizer.json");
-    fs::copy_file(fixture / "tokenizer_config.json", dir_ / "tokenizer_config.json");
-    LoadOptions load;
-    load.max_model_len = 2048;
-    auto model = load_model(dir_.path(), load);
-    ASSERT_TRUE(model.has_value()) << model.status().to_string();
-    engine::EngineConfig config;
-    config.scheduler.max_model_len = 2048;
-    config.scheduler.max_num_seqs = 8;
-    config.kv_cache_memory_bytes = 16 << 20;
-    auto core = engine::EngineCore::create(std::move(*model), config, {456});
-    ASSERT_TRUE(core.has_value()) << core.status().to_string();
-    client_ = std::make_unique<engine::EngineClient>(std::move(*core));
-    auto tokenizer = Tokenizer::from_file(dir_ / "tokenizer.json");
-    ASSERT_TRUE(tokenizer.has_value());
-    tokenizer_ = std::make_unique<Tokenizer>(std::move(*tokenizer));
-    auto chat = load_model_chat_template(dir_.path());
-    ASSERT_TRUE(chat.has_value());
-    auto parsed = ChatTemplate::parse(chat->source, "chat");
-    ASSERT_TRUE(parsed.has_value());
-    ServingOptions options;
-    options.served_model_names = {"tiny"};
-    options.enable_auto_tool_choice = true;
-    options.tool_call_parser = "hermes";
-    options.reasoning_parser = "qwen3";
-    options.enable_prompt_tokens_details = true;
-    metrics_ = std::make_unique<ServerMetrics>("tiny", client_->max_model_len());
-    serving_ = std::make_unique<OpenAIServing>(client_.get(), tokenizer_.get(),
-                                               std::make_unique<ChatTemplate>(std::move(*parsed)),
-                                               chat->special_tokens, metrics_.get(), options);
-    HttpServerOptions http;
-    http.host = "127.0.0.1";
-    http.port = 0;
-    http.num_threads = 16;
-    http.max_request_bytes = 4096;
-    http_ = std::make_unique<HttpServer>(serving_.get(), client_.get(), metrics_.get(), http);
-    ASSERT_TRUE(http_->bind().is_ok());
-    thread_ = std::thread([this] { http_->run(); });
+    HttpServerFixture::SetUp();
+    start();
   }
-  void TearDown() override {
-    if (http_) http_->shutdown();
-    if (thread_.joinable()) thread_.join();
-  }
-
   httplib::Client connect() const {
     httplib::Client c("127.0.0.1", http_->port());
     c.set_read_timeout(60, 0);
     return c;
   }
-  bool drained() const {
-    for (int i = 0; i < 200; ++i) {
-      const engine::EngineStats s = client_->stats();
-      if (s.num_running == 0 && s.num_waiting == 0 && s.num_free_blocks == s.num_usable_blocks)
-        return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
-
-  vllm::testing::TempDir dir_{"vllm_http"};
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<engine::EngineClient> client_;
-  std::unique_ptr<ServerMetrics> metrics_;
-  std::unique_ptr<OpenAIServing> serving_;
-  std::unique_ptr<HttpServer> http_;
-  std::thread thread_;
 };
 
 TEST_F(HttpServerTest, CompletionsStreamedAndNot) {

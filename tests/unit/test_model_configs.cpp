@@ -24,7 +24,6 @@ struct Advertised {
 
 // Text-model parameters (embeddings, layers, lm_head; not the vision tower or MTP head).
 constexpr Advertised kModels[] = {
-    {"Llama-3.2-1B", 1.24, 0, 0.02},  // 1.24B on its model card
     {"Qwen3-0.6B", 0.6, 0, 0.05},     // 0.6B (0.44B non-embedding) on its card
     {"Qwen3-Next-80B-A3B-Instruct", 80, 3, 0.05},
     {"Qwen3.5-0.8B", 0.8, 0, 0.20},  // a 0.1B vision tower is part of the name

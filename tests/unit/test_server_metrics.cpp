@@ -83,5 +83,52 @@ TEST(ServerMetrics, RendersVllmNames) {
   EXPECT_TRUE(has_line(text, "vllm:request_generation_tokens_sum{" + labels + "} 3.0"));
 }
 
+// The phase timings, per-step tokens and request parameters vLLM reports, with its buckets.
+TEST(ServerMetrics, PhaseTimesIterationTokensAndParams) {
+  ServerMetrics m("m", 100);
+  FinishedRequestStats done;
+  done.finish_reason = "stop";
+  done.e2e_seconds = 2.0;
+  done.num_prompt_tokens = 7;
+  done.num_generation_tokens = 4;
+  done.queued_seconds = 0.2;
+  done.prefill_seconds = 0.6;
+  done.decode_seconds = 1.1;
+  done.inference_seconds = 1.7;
+  done.max_tokens_param = 16;
+  m.record_finished(done);
+  FinishedRequestStats aborted;  // never scheduled: no phase times
+  aborted.finish_reason = "abort";
+  m.record_finished(aborted);
+  m.record_iteration(9);
+  m.record_iteration(1);
+  m.record_parent_finished(2, 4);
+  engine::EngineStats stats;
+  stats.num_state_slots = 4;
+  stats.num_free_state_slots = 3;
+  const std::string text = m.render(stats);
+  const std::string l = "model_name=\"m\",engine=\"0\"";
+  EXPECT_TRUE(has_line(text, "# TYPE vllm:request_queue_time_seconds histogram")) << text;
+  EXPECT_TRUE(has_line(text, "vllm:request_queue_time_seconds_bucket{" + l + ",le=\"0.3\"} 1.0"));
+  EXPECT_TRUE(has_line(text, "vllm:request_queue_time_seconds_count{" + l + "} 1.0"));
+  EXPECT_TRUE(has_line(text, "vllm:request_prefill_time_seconds_bucket{" + l + ",le=\"0.5\"} 0.0"));
+  EXPECT_TRUE(has_line(text, "vllm:request_prefill_time_seconds_bucket{" + l + ",le=\"0.8\"} 1.0"));
+  EXPECT_TRUE(has_line(text, "vllm:request_decode_time_seconds_sum{" + l + "} 1.1"));
+  EXPECT_TRUE(
+      has_line(text, "vllm:request_inference_time_seconds_bucket{" + l + ",le=\"2.0\"} 1.0"));
+  EXPECT_TRUE(
+      has_line(text, "vllm:request_inference_time_seconds_bucket{" + l + ",le=\"7680.0\"} 1.0"));
+  EXPECT_TRUE(has_line(text, "# TYPE vllm:iteration_tokens_total histogram"));
+  EXPECT_TRUE(has_line(text, "vllm:iteration_tokens_total_bucket{" + l + ",le=\"1.0\"} 1.0"));
+  EXPECT_TRUE(has_line(text, "vllm:iteration_tokens_total_bucket{" + l + ",le=\"16.0\"} 2.0"));
+  EXPECT_TRUE(has_line(text, "vllm:iteration_tokens_total_bucket{" + l + ",le=\"16384.0\"} 2.0"));
+  EXPECT_TRUE(has_line(text, "vllm:iteration_tokens_total_sum{" + l + "} 10.0"));
+  EXPECT_TRUE(has_line(text, "vllm:request_params_n_bucket{" + l + ",le=\"2.0\"} 1.0"));
+  EXPECT_TRUE(has_line(text, "vllm:request_params_n_bucket{" + l + ",le=\"20.0\"} 1.0"));
+  EXPECT_TRUE(has_line(text, "vllm:request_params_max_tokens_bucket{" + l + ",le=\"20.0\"} 1.0"));
+  EXPECT_TRUE(has_line(text, "vllm:request_max_num_generation_tokens_sum{" + l + "} 4.0"));
+  EXPECT_TRUE(has_line(text, "vllm:state_slot_usage_perc{" + l + "} 0.25"));
+}
+
 }  // namespace
 }  // namespace vllm::server

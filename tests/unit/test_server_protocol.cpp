@@ -75,8 +75,12 @@ TEST(ServerProtocol, CompletionErrorsNameTheField) {
       {R"({"prompt": "x", "suffix": "y"})", "suffix"},
       {R"({"prompt": "x", "best_of": 3})", "best_of"},
       {R"({"prompt": "x", "logprobs": true})", "'logprobs' must be an integer"},
-      {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})",
-       "json_schema' is not supported"},
+      {R"({"prompt": "x", "response_format": {"type": "json_schema"}})",
+       "needs a 'json_schema' object"},
+      {R"({"prompt": "x", "response_format": {"type": "structural_tag"}})",
+       "response_format type 'structural_tag' is not supported"},
+      {R"({"prompt": "x", "response_format": {"type": "json_object"}, "guided_regex": "a"})",
+       "only use one kind of structured outputs constraint"},
       {R"({"prompt": "x", "response_format": "json"})", "'response_format' must be an object"},
       {R"({"prompt": "x", "stop": [1]})", "'stop' must be"},
       {R"({"prompt": "x", "logit_bias": {"abc": 1}})", "logit_bias"},
@@ -97,7 +101,8 @@ TEST(ServerProtocol, CompletionEchoWithLogprobsAsksForPromptLogprobs) {
   EXPECT_EQ(r->params.prompt_logprobs.value_or(-5), 2);
   auto json_mode = completion(R"({"prompt": "x", "response_format": {"type": "json_object"}})");
   ASSERT_TRUE(json_mode.has_value());
-  EXPECT_TRUE(json_mode->json_object);
+  ASSERT_TRUE(json_mode->params.structured_outputs.has_value());
+  EXPECT_TRUE(json_mode->params.structured_outputs->json_object);
 }
 
 TEST(ServerProtocol, MalformedBodies) {

@@ -420,5 +420,31 @@ TEST(IncrementalDetokenizer, MetaspaceSpaceAfterTheFirstWindow) {
             (std::vector<std::string>{"hi", " there", " there", ""}));
 }
 
+// A decoder that can take text back once more tokens follow (a two-character Replace on the
+// fused text: "l" then "l" becomes "L") streams nothing and returns the whole text at the
+// end, so the pieces still add up to decode(). Replace per token, or of one character after
+// Fuse, only appends, and streams token by token.
+TEST(IncrementalDetokenizer, RewritingDecoderWaitsForTheEnd) {
+  json j = bpe({{"H", 0}, {"e", 1}, {"l", 2}, {"o", 3}}, json::array());
+  auto replace = [](const char* from, const char* to) {
+    return json{{"type", "Replace"}, {"pattern", {{"String", from}}}, {"content", to}};
+  };
+  using S = std::vector<std::string>;
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, replace("ll", "L")}}};
+  Tokenizer rewriting = load(j);
+  EXPECT_EQ(dec(rewriting, {0, 1, 2, 2, 3}), "HeLo");
+  EXPECT_EQ(stream(rewriting, {0, 1, 2, 2, 3}, DecodeOptions{}), (S{"", "", "", "", "", "HeLo"}));
+  // With a prompt: the context is not returned, and what the output adds comes at the end.
+  IncrementalDetokenizer primed(rewriting, DecodeOptions{}, Ids{0, 1});
+  EXPECT_EQ(or_else(primed.step(2), "?"), "");
+  EXPECT_EQ(or_else(primed.step(3), "?"), "");
+  EXPECT_EQ(or_else(primed.flush(), "?"), "lo");
+
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", {replace("ll", "L"), {{"type", "Fuse"}}}}};
+  EXPECT_EQ(stream(load(j), {0, 1, 2, 2, 3}, DecodeOptions{}), (S{"H", "e", "l", "l", "o", ""}));
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, replace("l", "L")}}};
+  EXPECT_EQ(stream(load(j), {0, 1, 2, 2, 3}, DecodeOptions{}), (S{"H", "e", "L", "L", "o", ""}));
+}
+
 }  // namespace
 }  // namespace vllm

@@ -1,7 +1,7 @@
 // CPU attention over the paged KV cache: the reference for the CUDA prefill/decode kernels.
 //
 // KV cache of one attention layer: F32 [num_blocks, 2, block_size, num_kv_heads, head_dim]
-// (index 0 = key, 1 = value), the layout DESIGN.md fixes for every backend. A token's slot is
+// (index 0 = key, 1 = value), the layout docs/design.md fixes for every backend. A token's slot is
 // block_id * block_size + offset; request r's i-th context token lives in block
 // block_tables[r][i / block_size] at offset i % block_size.
 #pragma once

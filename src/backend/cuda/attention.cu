@@ -252,7 +252,6 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   args.scale_log2 = params.scale * kLog2e;
   args.tensor_cores = params.tensor_cores;
   args.num_splits = plan.num_splits;
-  args.split_chunk = plan.chunk;
   if (plan.num_splits > 1) {
     args.partial_o = static_cast<float*>(workspace.data_ptr());
     args.partial_ml =

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kAttnThreads) combine_splits_kernel(const Atte
   if (!req.valid) return;
   const int rows = req.q_len * a.group;
   if (rows == 0 || rows > kSmallRows) return;
-  const int chunks = chunks_of(req.seq_len, a.split_chunk);
+  const int chunks = chunks_of(req.seq_len, a.num_splits);
   if (chunks <= 1) return;
   const int64_t first_slot = (static_cast<int64_t>(r) * gridDim.x + kh) * a.num_splits * kSmallRows;
   const int lane = threadIdx.x % kWarpSize;

@@ -49,8 +49,24 @@ __device__ __forceinline__ RequestView load_request(const AttentionArgs& a, int 
   return v;
 }
 
-// Chunks a (small) request of seq_len keys uses under the split plan.
-__device__ __forceinline__ int chunks_of(int32_t seq_len, int32_t chunk) {
+// Keys per chunk of a small request with seq_len keys when the grid gives every request
+// num_splits chunks: the request's own split, by the rule plan_splits applies to the batch's
+// longest request (at least kMinKeysPerSplit keys a chunk, chunks a multiple of
+// kSplitChunkAlign), capped at num_splits. Decided per request on the device, so the grid
+// (sized by an upper bound of the sequence lengths) stays fixed while lengths change, as a
+// CUDA graph replay needs, and short requests in a batch with long ones are not over-split.
+__device__ __forceinline__ int32_t request_chunk(int32_t seq_len, int32_t num_splits) {
+  const int32_t seq = seq_len > 0 ? seq_len : 1;
+  if (num_splits <= 1 || seq < 2 * kMinKeysPerSplit) return seq;
+  const int32_t splits = min(num_splits, seq / kMinKeysPerSplit);
+  if (splits <= 1) return seq;
+  const int32_t chunk = (seq + splits - 1) / splits;
+  return (chunk + kSplitChunkAlign - 1) / kSplitChunkAlign * kSplitChunkAlign;
+}
+
+// Chunks a (small) request of seq_len keys uses (request_chunk keys each).
+__device__ __forceinline__ int chunks_of(int32_t seq_len, int32_t num_splits) {
+  const int32_t chunk = request_chunk(seq_len, num_splits);
   return static_cast<int>((static_cast<int64_t>(seq_len) + chunk - 1) / chunk);
 }
 

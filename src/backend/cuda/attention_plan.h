@@ -25,7 +25,7 @@ constexpr int kSmallRows = 16;
 constexpr int kMaxSplits = 64;
 // Fewest keys per chunk: below this the partial results' round trip costs more than the
 // parallelism gains (a chunk is then 4 to 16 key tiles).
-constexpr int kMinKeysPerSplit = 256;
+constexpr int kMinKeysPerSplit = 64;
 // Blocks the split aims for: about four waves of the H200's 132 SMs at two resident small
 // blocks per SM, so the last wave's tail is short.
 constexpr int kTargetSplitBlocks = 1024;
@@ -33,11 +33,14 @@ constexpr int kTargetSplitBlocks = 1024;
 constexpr int kSplitChunkAlign = 64;
 
 struct SplitPlan {
-  int32_t num_splits = 1;  // chunks per request (grid.x of the small kernel)
-  int32_t chunk = 1;       // keys per chunk; request with seq_len s uses ceil(s / chunk) chunks
+  int32_t num_splits = 1;  // most chunks per request (grid.x of the small kernel)
+  int32_t chunk = 1;       // keys per chunk of a max_seq_len request (each request's own chunk
+                           // is request_chunk(seq_len, num_splits), attention_common.cuh)
 };
 
 // The same plan for the same (R, Hk, max_seq_len): a batch shape always gets one split.
+// max_seq_len only bounds the grid: it may exceed every request (a CUDA graph captured for
+// the longest sequence the engine allows).
 inline SplitPlan plan_splits(int64_t num_requests, int64_t num_kv_heads, int64_t max_seq_len) {
   SplitPlan plan;
   const int64_t seq = max_seq_len > 0 ? max_seq_len : 1;
@@ -91,9 +94,9 @@ struct AttentionArgs {
   int32_t max_query_len = 0;
   int32_t max_seq_len = 0;
   float scale_log2 = 0.0f;  // softmax scale * log2(e): scores are kept in log2 units
-  // Key splitting of small blocks (num_splits == 1: none, partial_* unused).
+  // Key splitting of small blocks (num_splits == 1: none, partial_* unused); each request
+  // splits by its own length (request_chunk).
   int32_t num_splits = 1;
-  int32_t split_chunk = 1;
   float* partial_o = nullptr;
   float* partial_ml = nullptr;
   // Host-side launch choice: BF16 prefill blocks on tensor cores (attention_mma.cuh).

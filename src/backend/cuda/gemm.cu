@@ -3,8 +3,8 @@
 // matmul plans.
 //
 // Dispatch. M <= blas.gemv_max_rows() (kGemvCrossoverRows unless a test or timing sets it)
-// runs the batched GEMV of gemv.cu, which reads each weight row once for all rows of x; larger
-// M goes to cuBLASLt. Both take the same operands (strided x and out, bias, F32 logits).
+// runs the batched GEMV of gemv.cu, which reads each weight row once for all rows of x, and
+// so do narrow products (N <= kGemvNarrowMaxN, M <= kGemvMaxRows); the rest goes to cuBLASLt. Both take the same operands (strided x and out, bias, F32 logits).
 //
 // Layout. cuBLASLt is column-major. Row-major out[M, N] = x[M, K] @ W[N, K]^T is, read
 // column-major, D[N, M] = op(A)[N, K] * B[K, M] with A = W stored K x N (lda = K, op = T),
@@ -242,6 +242,7 @@ struct BlasContext::Impl {
   size_t workspace_bytes = 0;
   PlanCache plans;
   int64_t gemv_max_rows = kGemvCrossoverRows;
+  bool gemv_narrow = true;  // narrow outputs take the GEMV (kGemvNarrowMaxN)
 
   ~Impl() {
     plans.clear();
@@ -422,6 +423,8 @@ Status BlasContext::set_gemv_max_rows(int64_t rows) {
   return Status::ok();
 }
 
+void BlasContext::set_gemv_narrow(bool on) { impl_->gemv_narrow = on; }
+
 int64_t BlasContext::gemv_max_rows() const {
   return impl_->gemv_max_rows;
 }
@@ -444,7 +447,10 @@ Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Te
     return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, M, N, /*accumulate=*/false,
                     stream);
   }
-  if (M <= impl.gemv_max_rows) return detail::launch_gemv(p, stream);
+  if (M <= impl.gemv_max_rows ||
+      (impl.gemv_narrow && M <= kGemvMaxRows && N <= kGemvNarrowMaxN)) {
+    return detail::launch_gemv(p, stream);
+  }
 
   PlanKey key;
   key.m = M;

@@ -26,6 +26,12 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // winning only on the N = 2560 matrices (1.1x). So linear() uses cuBLASLt at every M until the
 // GEMV is faster; set_gemv_max_rows() turns it on for measurements.
 inline constexpr int64_t kGemvCrossoverRows = 0;
+// ... except for narrow outputs: at most this many output features (the MoE router, the GDN
+// b/a projection) and M <= kGemvMaxRows take the GEMV whatever set_gemv_max_rows says (unless
+// set_gemv_narrow(false)). cuBLASLt runs these few-MB products as a split-K GEMM of
+// three launches (~16 us on the 35B-A3B router, Nsight Compute); one GEMV launch reads the
+// same bytes.
+inline constexpr int64_t kGemvNarrowMaxN = 1024;
 
 class BlasContext {
  public:
@@ -40,8 +46,10 @@ class BlasContext {
   size_t cached_plans() const;
 
   // The M up to which linear() uses the batched GEMV (kGemvCrossoverRows unless set; 0 sends
-  // every product to cuBLASLt). More than kGemvMaxRows: kInvalidArgument.
+  // every product but the narrow ones to cuBLASLt). More than kGemvMaxRows: kInvalidArgument.
   Status set_gemv_max_rows(int64_t rows);
+  // Whether narrow products (kGemvNarrowMaxN) take the GEMV at small M (default true).
+  void set_gemv_narrow(bool on);
   int64_t gemv_max_rows() const;
 
   struct Impl;

@@ -52,11 +52,12 @@ constexpr size_t kScratchAlign = 256;
 struct RouteParams {
   const float* logits;
   int64_t logits_stride;
-  float* weights;  // [T, k]
-  int64_t* ids;    // [T, k]
+  float* weights;  // [T, out_k]
+  int64_t* ids;    // [T, out_k]
   int64_t tokens;
   int experts;
   int top_k;
+  int out_k;  // top_k, or top_k + 1 with the shared expert's slot
   bool renormalize;
 };
 
@@ -82,8 +83,13 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(Route
   }
   max_value = detail::warp_max(max_value);
   bad = __any_sync(0xffffffffu, bad) || max_value == -INFINITY;
-  float* weights = p.weights + t * p.top_k;
-  int64_t* ids = p.ids + t * p.top_k;
+  float* weights = p.weights + t * p.out_k;
+  int64_t* ids = p.ids + t * p.out_k;
+  if (p.out_k > p.top_k && lane == 0) {
+    // The shared expert as expert E, weighted by the sigmoid of its gate's logit (column E).
+    weights[p.top_k] = 1.0f / (1.0f + expf(-row[p.experts]));
+    ids[p.top_k] = p.experts;
+  }
   if (bad) {
     // All probabilities NaN: torch.topk (and the CPU op) rank NaN first, ties by index.
     if (lane < p.top_k) {
@@ -466,7 +472,7 @@ Expected<Rows> check_rows_like_x(std::string_view op, std::string_view arg, cons
 }  // namespace
 
 Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& topk_weights,
-                 Tensor& topk_ids, cudaStream_t stream) {
+                 Tensor& topk_ids, cudaStream_t stream, bool shared_slot) {
   constexpr std::string_view kOp = "cuda::moe_route";
   VLLM_RETURN_IF_ERROR(
       detail::check_cuda_tensor(kOp, "router_logits", router_logits, {DType::kF32}));
@@ -477,7 +483,9 @@ Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, T
                       kOp, router_logits.to_string());
   }
   VLLM_ASSIGN_OR_RETURN(Rows logits, detail::as_rows(kOp, "router_logits", router_logits));
-  const int64_t tokens = router_logits.size(0), experts = router_logits.size(1);
+  const int64_t tokens = router_logits.size(0);
+  const int64_t experts = router_logits.size(1) - (shared_slot ? 1 : 0);
+  const int64_t out_k = top_k + (shared_slot ? 1 : 0);
   if (experts < 1 || experts > kMoeMaxExperts) {
     return make_error(ErrorCode::kUnsupported, "{}: {} experts; this op supports 1 to {}", kOp,
                       experts, kMoeMaxExperts);
@@ -493,9 +501,9 @@ Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, T
   for (auto [name, t] : {std::pair<std::string_view, const Tensor*>{"topk_weights", &topk_weights},
                          {"topk_ids", &topk_ids}}) {
     VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, name, *t));
-    if (t->shape() != Shape{tokens, top_k}) {
+    if (t->shape() != Shape{tokens, out_k}) {
       return make_error(ErrorCode::kInvalidArgument, "{}: {} is {}, expected [{}, {}]", kOp, name,
-                        t->to_string(), tokens, top_k);
+                        t->to_string(), tokens, out_k);
     }
   }
   if (tokens == 0) return Status::ok();
@@ -509,6 +517,7 @@ Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, T
   p.tokens = tokens;
   p.experts = static_cast<int>(experts);
   p.top_k = static_cast<int>(top_k);
+  p.out_k = static_cast<int>(out_k);
   p.renormalize = renormalize;
   const int64_t blocks = ceil_div(tokens, kRouteWarps);
   if (blocks > INT_MAX) {

@@ -44,8 +44,12 @@ constexpr int64_t kMoeSmallTileMaxPairsPerExpert = 32;
 // probability (ties to the lower id), renormalised to sum 1 when `renormalize`. A row with a
 // NaN or +inf logit, or only -inf ones, has all-NaN probabilities, as on the CPU: ids 0..k-1,
 // weights NaN. E <= kMoeMaxExperts, 1 <= k <= min(E, kMoeMaxTopK).
+// shared_slot: router_logits is [T, E + 1] with the shared expert's gate logit in column E;
+// the outputs are [T, k + 1] and slot k is the shared expert, run as expert E (stacked after
+// the routed ones) with weight sigmoid(gate logit) -- its output then joins the weighted sum
+// in moe_experts like any routed expert's, saving the shared expert's own launches.
 Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, Tensor& topk_weights,
-                 Tensor& topk_ids, cudaStream_t stream);
+                 Tensor& topk_ids, cudaStream_t stream, bool shared_slot = false);
 
 enum class MoePath {
   kAuto,         // by token count (kMoeGemvMaxTokens) and what the shapes allow

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "base/status.h"
 #include "model/weights.h"
@@ -17,6 +18,12 @@ class MlpLayer {
               const ExecContext& ctx);
   // x [T, H] -> out [T, H].
   Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
+
+  // Weights from elsewhere: gate_up [2I, H] (gate rows, then up rows), down [H, I].
+  void set(Tensor gate_up, Tensor down) {
+    gate_up_ = std::move(gate_up);
+    down_ = std::move(down);
+  }
 
   bool loaded() const { return down_.defined(); }
 

@@ -3,7 +3,6 @@
 #include <utility>
 
 namespace vllm {
-namespace {
 
 // One stacked [E, rows, cols] tensor filled part by part on the parts' device: each part is
 // copied into place as soon as it is read (and dropped by the caller), so a per-expert
@@ -41,6 +40,15 @@ class ExpertStack {
     return ops::copy(ctx, part, dst);
   }
 
+  // Copies a [n, rows, cols] stack of experts into experts [0, n).
+  Status put_experts(const ExecContext& ctx, const std::string& part_name, const Tensor& part) {
+    for (int64_t e = 0; e < part.size(0); ++e) {
+      VLLM_RETURN_IF_ERROR(
+          put(ctx, part_name, part.slice(0, e, e + 1).view({shape_[1], shape_[2]}), e, 0));
+    }
+    return Status::ok();
+  }
+
   Tensor take() { return std::move(stack_); }
 
  private:
@@ -49,27 +57,39 @@ class ExpertStack {
   Tensor stack_;
 };
 
-}  // namespace
-
 Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec,
                       const ExecContext& ctx) {
   spec_ = spec;
   const int64_t hidden = spec.hidden_size, experts = spec.num_experts;
   VLLM_ASSIGN_OR_RETURN(Tensor router, w.get(m + "gate.weight", {experts, hidden}));
-  VLLM_RETURN_IF_ERROR(load_experts(w, m, ctx));
   router_ = router;
   gate_in_router_ = false;
+  shared_in_experts_ = false;
   shared_gate_ = Tensor();
+  Tensor gate;
   if (spec.shared_intermediate_size > 0) {
-    VLLM_RETURN_IF_ERROR(
-        shared_.load(w, m + "shared_expert.", hidden, spec.shared_intermediate_size, ctx));
-    VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get(m + "shared_expert_gate.weight", {1, hidden}));
+    VLLM_ASSIGN_OR_RETURN(gate, w.get(m + "shared_expert_gate.weight", {1, hidden}));
     if (gate.dtype() == router.dtype()) {
       VLLM_ASSIGN_OR_RETURN(router_, concat_rows({router, gate}, &ctx));
       gate_in_router_ = true;
     } else {
       shared_gate_ = gate;
     }
+    // On CUDA a shared expert of the routed experts' shape runs as one more expert (E): its
+    // gate's sigmoid is the weight of a (k + 1)-th routing slot (cuda::moe_route), so it
+    // costs no launches of its own. The CPU keeps it apart, as the reference.
+    shared_in_experts_ = ctx.is_cuda() && gate_in_router_ &&
+                         spec.shared_intermediate_size == spec.intermediate_size;
+  }
+  VLLM_RETURN_IF_ERROR(load_experts(w, m, ctx));
+  if (shared_in_experts_) {
+    // Larger batches run it apart (see forward), from the same memory.
+    const int64_t inter = spec.intermediate_size;
+    shared_.set(experts_.gate_up.slice(0, experts, experts + 1).view({2 * inter, hidden}),
+                experts_.down.slice(0, experts, experts + 1).view({hidden, inter}));
+  } else if (spec.shared_intermediate_size > 0) {
+    VLLM_RETURN_IF_ERROR(
+        shared_.load(w, m + "shared_expert.", hidden, spec.shared_intermediate_size, ctx));
   }
   return Status::ok();
 }
@@ -77,42 +97,43 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
 Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecContext& ctx) {
   const int64_t hidden = spec_.hidden_size, experts = spec_.num_experts;
   const int64_t inter = spec_.intermediate_size;
+  const int64_t slots = experts + (shared_in_experts_ ? 1 : 0);
+  ExpertStack gate_up(m + "experts.gate_up_proj", {slots, 2 * inter, hidden});
+  ExpertStack down(m + "experts.down_proj", {slots, hidden, inter});
   if (w.contains(m + "experts.gate_up_proj")) {
-    VLLM_ASSIGN_OR_RETURN(experts_.gate_up,
+    VLLM_ASSIGN_OR_RETURN(Tensor fused_gate_up,
                           w.get(m + "experts.gate_up_proj", {experts, 2 * inter, hidden}));
-    VLLM_ASSIGN_OR_RETURN(experts_.down, w.get(m + "experts.down_proj", {experts, hidden, inter}));
-    if (experts_.down.dtype() != experts_.gate_up.dtype()) {
+    VLLM_ASSIGN_OR_RETURN(Tensor fused_down,
+                          w.get(m + "experts.down_proj", {experts, hidden, inter}));
+    if (fused_down.dtype() != fused_gate_up.dtype()) {
       return make_error(ErrorCode::kUnsupported,
                         "tensor '{}experts.down_proj' has dtype {} but '{}experts.gate_up_proj' "
                         "has {}; they must match",
-                        m, dtype_name(experts_.down.dtype()), m,
-                        dtype_name(experts_.gate_up.dtype()));
+                        m, dtype_name(fused_down.dtype()), m,
+                        dtype_name(fused_gate_up.dtype()));
     }
-    return Status::ok();
+    if (!shared_in_experts_) {
+      experts_.gate_up = fused_gate_up;
+      experts_.down = fused_down;
+      return Status::ok();
+    }
+    VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, m + "experts.gate_up_proj", fused_gate_up));
+    VLLM_RETURN_IF_ERROR(down.put_experts(ctx, m + "experts.down_proj", fused_down));
+  } else {
+    // Per expert: experts 0 .. E-1 must all be there (get() names a missing one), and no more.
+    const std::string extra = m + "experts." + std::to_string(experts) + ".gate_proj.weight";
+    if (w.contains(extra)) {
+      return make_error(ErrorCode::kInvalidFormat,
+                        "tensor '{}' is in the checkpoint, but config.json has num_experts = {}",
+                        extra, experts);
+    }
+    for (int64_t e = 0; e < experts; ++e) {
+      VLLM_RETURN_IF_ERROR(put_mlp(w, m + "experts." + std::to_string(e) + ".", e, ctx, gate_up,
+                                   down));
+    }
   }
-  // Per expert: experts 0 .. E-1 must all be there (get() names a missing one), and no more.
-  const std::string extra = m + "experts." + std::to_string(experts) + ".gate_proj.weight";
-  if (w.contains(extra)) {
-    return make_error(ErrorCode::kInvalidFormat,
-                      "tensor '{}' is in the checkpoint, but config.json has num_experts = {}",
-                      extra, experts);
-  }
-  ExpertStack gate_up(m + "experts.gate_up_proj", {experts, 2 * inter, hidden});
-  ExpertStack down(m + "experts.down_proj", {experts, hidden, inter});
-  for (int64_t e = 0; e < experts; ++e) {
-    const std::string x = m + "experts." + std::to_string(e) + ".";
-    {
-      VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get(x + "gate_proj.weight", {inter, hidden}));
-      VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "gate_proj.weight", gate, e, 0));
-    }
-    {
-      VLLM_ASSIGN_OR_RETURN(Tensor up, w.get(x + "up_proj.weight", {inter, hidden}));
-      VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "up_proj.weight", up, e, inter));
-    }
-    {
-      VLLM_ASSIGN_OR_RETURN(Tensor dn, w.get(x + "down_proj.weight", {hidden, inter}));
-      VLLM_RETURN_IF_ERROR(down.put(ctx, x + "down_proj.weight", dn, e, 0));
-    }
+  if (shared_in_experts_) {
+    VLLM_RETURN_IF_ERROR(put_mlp(w, m + "shared_expert.", experts, ctx, gate_up, down));
   }
   experts_.gate_up = gate_up.take();
   experts_.down = down.take();
@@ -125,23 +146,41 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
   return Status::ok();
 }
 
+Status MoeLayer::put_mlp(WeightSource& w, const std::string& x, int64_t slot,
+                         const ExecContext& ctx, ExpertStack& gate_up, ExpertStack& down) const {
+  const int64_t hidden = spec_.hidden_size, inter = spec_.intermediate_size;
+  {
+    VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get(x + "gate_proj.weight", {inter, hidden}));
+    VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "gate_proj.weight", gate, slot, 0));
+  }
+  {
+    VLLM_ASSIGN_OR_RETURN(Tensor up, w.get(x + "up_proj.weight", {inter, hidden}));
+    VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "up_proj.weight", up, slot, inter));
+  }
+  VLLM_ASSIGN_OR_RETURN(Tensor dn, w.get(x + "down_proj.weight", {hidden, inter}));
+  return down.put(ctx, x + "down_proj.weight", dn, slot, 0);
+}
+
 Expected<MoeLayer::Routing> MoeLayer::route(const ExecContext& ctx, const Tensor& x) const {
   const int64_t tokens = x.size(0), experts = spec_.num_experts, k = spec_.top_k;
   Routing r;
   VLLM_ASSIGN_OR_RETURN(r.logits, ctx.alloc({tokens, router_.size(0)}, DType::kF32));
   VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, router_, Tensor(), r.logits));
-  VLLM_ASSIGN_OR_RETURN(r.topk_weights, ctx.alloc({tokens, k}, DType::kF32));
-  VLLM_ASSIGN_OR_RETURN(r.topk_ids, ctx.alloc({tokens, k}, DType::kI64));
-  VLLM_RETURN_IF_ERROR(ops::moe_route(ctx, r.logits.slice(1, 0, experts), k, spec_.renormalize,
-                                      r.topk_weights, r.topk_ids));
+  r.shared_slot = shared_slot(tokens);
+  const int64_t slots = k + (r.shared_slot ? 1 : 0);
+  VLLM_ASSIGN_OR_RETURN(r.topk_weights, ctx.alloc({tokens, slots}, DType::kF32));
+  VLLM_ASSIGN_OR_RETURN(r.topk_ids, ctx.alloc({tokens, slots}, DType::kI64));
+  const Tensor logits = r.shared_slot ? r.logits : r.logits.slice(1, 0, experts);
+  VLLM_RETURN_IF_ERROR(ops::moe_route(ctx, logits, k, spec_.renormalize, r.topk_weights,
+                                      r.topk_ids, r.shared_slot));
   return r;
 }
 
 Status MoeLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const {
   const int64_t tokens = x.size(0), experts = spec_.num_experts;
   VLLM_ASSIGN_OR_RETURN(Routing r, route(ctx, x));
-  ops::MoeSharedExpert shared;
-  if (shared_.loaded()) {
+  ops::MoeSharedExpert shared;  // the shared expert, unless it runs as expert E
+  if (shared_.loaded() && !r.shared_slot) {
     VLLM_ASSIGN_OR_RETURN(shared.out, ctx.act({tokens, spec_.hidden_size}));
     VLLM_RETURN_IF_ERROR(shared_.forward(ctx, x, shared.out));
     if (gate_in_router_) {

@@ -29,6 +29,8 @@ struct MoeSpec {
   bool renormalize = true;
 };
 
+class ExpertStack;
+
 class MoeLayer {
  public:
   // prefix ends with "mlp.". A checkpoint whose experts disagree with `spec` (count, shapes)
@@ -38,21 +40,36 @@ class MoeLayer {
   // x [T, H] -> out [T, H].
   Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
   // The router alone: logits F32 [T, E (+ 1: the shared gate's logit)], topk_weights F32 and
-  // topk_ids I64 [T, top_k], all from ctx's workspace.
+  // topk_ids I64 [T, top_k (+ 1: the shared expert, when it runs as expert E)], all from
+  // ctx's workspace.
   struct Routing {
     Tensor logits, topk_weights, topk_ids;
+    bool shared_slot = false;  // the last slot is the shared expert (expert E)
   };
   Expected<Routing> route(const ExecContext& ctx, const Tensor& x) const;
 
+  // [E, ...], or [E + 1, ...] with the shared expert as expert E (shared_in_experts()).
   const ops::MoeWeights& experts() const { return experts_; }
+  bool shared_in_experts() const { return shared_in_experts_; }
+  // Batches of at most this many tokens route the stacked shared expert as a (k + 1)-th
+  // slot: the expert GEMV reads its weights once for up to 8 tokens, while larger batches
+  // do better with it as a plain GEMM of all their tokens.
+  static constexpr int64_t kSharedSlotMaxTokens = 8;
+  bool shared_slot(int64_t tokens) const {
+    return shared_in_experts_ && tokens <= kSharedSlotMaxTokens;
+  }
 
  private:
   Status load_experts(WeightSource& w, const std::string& prefix, const ExecContext& ctx);
+  // {x}gate_proj / up_proj / down_proj.weight into slot `slot` of the stacks.
+  Status put_mlp(WeightSource& w, const std::string& x, int64_t slot, const ExecContext& ctx,
+                 ExpertStack& gate_up, ExpertStack& down) const;
 
   MoeSpec spec_;
   Tensor router_;       // [E, H], or [E + 1, H] with the shared expert's gate as row E
   Tensor shared_gate_;  // [1, H] when it could not join the router (another dtype)
   bool gate_in_router_ = false;
+  bool shared_in_experts_ = false;
   ops::MoeWeights experts_;
   MlpLayer shared_;
 };

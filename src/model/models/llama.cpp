@@ -32,7 +32,8 @@ class LlamaModel final : public Model {
   Status load(WeightSource& weights, const LoadOptions& options);
   const ModelConfig& config() const override { return config_; }
   Expected<ModelCache> create_cache(const CacheConfig& cache_config) const override;
-  Expected<Tensor> forward(const ForwardBatch& batch, ModelCache& cache) override;
+  Expected<Tensor> compute(const StepInputs& in, ModelCache& cache) override;
+  Status check_cache(const ModelCache& cache) const override;
 
  private:
   ModelConfig config_;
@@ -92,14 +93,19 @@ Expected<ModelCache> LlamaModel::create_cache(const CacheConfig& cache_config) c
   return allocate_cache(context(), cache_config, shapes);
 }
 
-Expected<Tensor> LlamaModel::forward(const ForwardBatch& batch, ModelCache& cache) {
-  const ExecContext& ctx = context();
-  if (static_cast<int64_t>(cache.kv.size()) != config_.num_hidden_layers) {
-    return make_error(ErrorCode::kInvalidArgument, "cache has {} layers, model {}", cache.kv.size(),
+Status LlamaModel::check_cache(const ModelCache& cache) const {
+  if (static_cast<int64_t>(cache.kv.size()) != config_.num_hidden_layers ||
+      !cache.conv_state.empty() || !cache.ssm_state.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cache has {} KV and {} GDN state tensors; this model needs {} KV and none",
+                      cache.kv.size(), cache.conv_state.size() + cache.ssm_state.size(),
                       config_.num_hidden_layers);
   }
-  VLLM_RETURN_IF_ERROR(runtime().workspace().reset());
-  VLLM_ASSIGN_OR_RETURN(StepInputs in, prepare_step(ctx, batch, 0));
+  return Status::ok();
+}
+
+Expected<Tensor> LlamaModel::compute(const StepInputs& in, ModelCache& cache) {
+  const ExecContext& ctx = context();
   const int64_t tokens = in.num_tokens, hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   // The residual stream stays in f32 between layers whatever the activation dtype; `h` is

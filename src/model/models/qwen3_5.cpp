@@ -44,18 +44,8 @@ Status HybridModel::check_cache(const ModelCache& cache) const {
   return Status::ok();
 }
 
-Expected<Tensor> HybridModel::forward(const ForwardBatch& batch, ModelCache& cache) {
+Expected<Tensor> HybridModel::compute(const StepInputs& in, ModelCache& cache) {
   const ExecContext& ctx = context();
-  VLLM_RETURN_IF_ERROR(check_cache(cache));
-  VLLM_RETURN_IF_ERROR(runtime().workspace().reset());
-  const int64_t slots = num_linear_layers_ > 0 ? cache.conv_state[0].size(0) : 0;
-  VLLM_ASSIGN_OR_RETURN(StepInputs in, prepare_step(ctx, batch, slots));
-  // Requests that start at position 0 start from zeroed GDN state.
-  if (in.reset_slots.defined()) {
-    for (std::vector<Tensor>* states : {&cache.conv_state, &cache.ssm_state}) {
-      for (Tensor& s : *states) VLLM_RETURN_IF_ERROR(ops::zero_slots(ctx, s, in.reset_slots));
-    }
-  }
   const int64_t tokens = in.num_tokens, hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   // The residual stream stays in f32 between layers whatever the activation dtype; `h` is

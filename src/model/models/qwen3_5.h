@@ -57,12 +57,12 @@ class HybridModel final : public Model {
   Status load(WeightSource& weights, const LoadOptions& options);  // qwen3_5_weights.cpp
   const ModelConfig& config() const override { return config_; }
   Expected<ModelCache> create_cache(const CacheConfig& cache_config) const override;
-  Expected<Tensor> forward(const ForwardBatch& batch, ModelCache& cache) override;
+  Expected<Tensor> compute(const StepInputs& in, ModelCache& cache) override;
+  Status check_cache(const ModelCache& cache) const override;
 
  private:
   Status check_config() const;
   bool layer_is_sparse(int64_t layer) const;
-  Status check_cache(const ModelCache& cache) const;
 
   ModelConfig config_;
   HybridVariant variant_;
