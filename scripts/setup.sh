@@ -12,6 +12,7 @@ packages=(
   libboost-dev libssl-dev             # the HTTP server: Boost.Beast / Boost.Asio, TLS
   curl jq openssl                     # the end-to-end server tests (tests/e2e/)
   libcairo2-dev fonts-dejavu-core    # `vllm bench serve --plot`
+  linux-perf                          # benchmarks/peers/step_profile.sh
 )
 
 missing=()

@@ -1,15 +1,22 @@
 // ThreadPool: chunks are claimed from an atomic counter, so work is balanced dynamically and
 // the caller alone can finish its job if every worker is busy. A job lives on its caller's
-// stack; `users` (workers currently holding it) and `completed` are guarded by the mutex, and
-// the caller returns only after it has taken the job out of the queue and both say it is done.
+// stack; `users` (workers currently holding it) and `completed` change under the mutex (they
+// are atomics only so that a spinning caller may read them without it), and the caller
+// returns only after it has taken the job out of the queue and both say it is done. A worker
+// touches a job only while it counts among its users.
 #include "base/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 
 #include "base/logging.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace vllm {
 namespace {
@@ -19,6 +26,27 @@ namespace {
 constexpr int64_t kChunksPerThread = 4;
 
 thread_local int t_parallel_depth = 0;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Polls `ready` for up to ThreadPool::kSpinMicros; true as soon as it holds.
+template <typename Ready>
+bool spin_until(const Ready& ready) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::microseconds(ThreadPool::kSpinMicros);
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+    if (Clock::now() >= deadline) return ready();
+  }
+}
 
 struct DepthGuard {
   DepthGuard() { ++t_parallel_depth; }
@@ -34,10 +62,14 @@ struct ThreadPool::Job {
   int64_t extra = 0;
   int64_t num_chunks = 0;
   std::atomic<int64_t> next{0};
-  int64_t completed = 0;  // guarded by mutex_
-  int users = 0;          // guarded by mutex_
+  std::atomic<int64_t> completed{0};  // written under mutex_
+  std::atomic<int> users{0};          // written under mutex_
 
   bool exhausted() const { return next.load(std::memory_order_relaxed) >= num_chunks; }
+  bool done() const {
+    return users.load(std::memory_order_acquire) == 0 &&
+           completed.load(std::memory_order_acquire) == num_chunks;
+  }
 };
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
@@ -75,22 +107,37 @@ int64_t ThreadPool::run_chunks(Job& job) {
 void ThreadPool::worker_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    work_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty() && !stop_) {
+      // Poll a while without the lock: the next loop of a forward pass usually comes soon.
+      lock.unlock();
+      spin_until([this] { return queued_.load(std::memory_order_acquire) > 0; });
+      lock.lock();
+      ++sleeping_;
+      work_cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      --sleeping_;
+    }
     if (jobs_.empty()) return;  // stop_ and nothing left
     Job* job = jobs_.front();
     if (job->exhausted()) {
       jobs_.pop_front();
+      queued_.store(static_cast<int64_t>(jobs_.size()), std::memory_order_release);
       continue;
     }
-    ++job->users;
+    job->users.fetch_add(1, std::memory_order_relaxed);
     lock.unlock();
     int64_t ran = run_chunks(*job);
     lock.lock();
-    if (!jobs_.empty() && jobs_.front() == job) jobs_.pop_front();  // exhausted by now
-    job->completed += ran;
-    --job->users;
-    if (job->users == 0 && job->completed == job->num_chunks) done_cv_.notify_all();
-    // `job` may be gone once the lock is released.
+    if (!jobs_.empty() && jobs_.front() == job) {  // exhausted by now
+      jobs_.pop_front();
+      queued_.store(static_cast<int64_t>(jobs_.size()), std::memory_order_release);
+    }
+    // Both counters change only under the lock, which is held here, so `all_run` is final
+    // unless the caller has yet to add its own chunks (it then sees the job done itself).
+    const bool all_run =
+        job->completed.fetch_add(ran, std::memory_order_acq_rel) + ran == job->num_chunks;
+    const bool last = job->users.fetch_sub(1, std::memory_order_acq_rel) == 1;
+    // `job` may be gone from here on: a spinning caller returns without the lock.
+    if (all_run && last) done_cv_.notify_all();
   }
 }
 
@@ -111,20 +158,31 @@ void ThreadPool::parallel_for(int64_t begin, int64_t end, int64_t grain,
   job.base_size = n / job.num_chunks;
   job.extra = n % job.num_chunks;
 
+  int64_t wake = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.push_back(&job);
+    queued_.store(static_cast<int64_t>(jobs_.size()), std::memory_order_release);
+    // Spinning workers see the job by themselves; only sleeping ones need a notify.
+    wake = std::min<int64_t>(job.num_chunks - 1, sleeping_);
   }
-  int64_t wake = std::min<int64_t>(job.num_chunks - 1, static_cast<int64_t>(workers_.size()));
   for (int64_t i = 0; i < wake; ++i) work_cv_.notify_one();
 
   int64_t ran = run_chunks(job);
 
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job.completed.fetch_add(ran, std::memory_order_release);
+    auto it = std::find(jobs_.begin(), jobs_.end(), &job);
+    if (it != jobs_.end()) {
+      jobs_.erase(it);
+      queued_.store(static_cast<int64_t>(jobs_.size()), std::memory_order_release);
+    }
+  }
+  // No worker can join the job now; wait for the ones inside it to finish their chunks.
+  if (spin_until([&] { return job.done(); })) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  job.completed += ran;
-  auto it = std::find(jobs_.begin(), jobs_.end(), &job);
-  if (it != jobs_.end()) jobs_.erase(it);
-  done_cv_.wait(lock, [&] { return job.users == 0 && job.completed == job.num_chunks; });
+  done_cv_.wait(lock, [&] { return job.done(); });
 }
 
 int default_num_threads() {

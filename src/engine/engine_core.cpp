@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "base/logging.h"
+#include "base/profile.h"
 #include "engine/kv_cache_utils.h"
 #include "engine/memory_budget.h"
 
@@ -221,12 +222,21 @@ void EngineCore::abort_requests(std::span<const std::string> request_ids) {
 Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
   std::vector<EngineCoreOutput> outputs = std::move(pending_);
   pending_.clear();
-  SchedulerOutput scheduled = scheduler_->schedule();
+  VLLM_PROFILE_SCOPE("step");
+  SchedulerOutput scheduled;
+  {
+    VLLM_PROFILE_SCOPE("step.schedule");
+    scheduled = scheduler_->schedule();
+  }
   // Grammar masks are computed on the manager's worker while the model runs.
   std::unique_ptr<BitmaskJob> masks = structured_ ? structured_->start_bitmask(scheduled) : nullptr;
   VLLM_ASSIGN_OR_RETURN(StepResult result, runner_->execute(scheduled, masks.get()));
   masks.reset();
-  auto updates = scheduler_->update_from_output(scheduled, result.sampled, result.prompt_logprobs);
+  std::vector<EngineCoreOutput> updates;
+  {
+    VLLM_PROFILE_SCOPE("step.update");
+    updates = scheduler_->update_from_output(scheduled, result.sampled, result.prompt_logprobs);
+  }
   outputs.insert(outputs.end(), std::make_move_iterator(updates.begin()),
                  std::make_move_iterator(updates.end()));
   PrefixCacheStats interval = kv_->make_prefix_cache_stats();

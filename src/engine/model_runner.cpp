@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "base/profile.h"
 #include "ops/graph.h"
 
 #include "ops/ops.h"
@@ -104,6 +105,7 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output,
   StepResult result;
   result.prompt_logprobs.resize(output.requests.size());
   if (output.empty()) return result;
+  VLLM_PROFILE_SCOPE("step.execute");
   const bool profiled = steps_++ == profile_step_;
   if (profiled) device_profiler_start();
   Expected<StepResult> done = run_step(output, std::move(result), grammar_masks);
@@ -114,15 +116,22 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output,
 Expected<StepResult> ModelRunner::run_step(const SchedulerOutput& output, StepResult result,
                                            BitmaskJob* grammar_masks) {
   std::vector<std::vector<int64_t>> prompt_rows;
-  ForwardBatch batch = prepare_inputs(output, &prompt_rows);
+  ForwardBatch batch;
+  {
+    VLLM_PROFILE_SCOPE("step.prepare_inputs");
+    batch = prepare_inputs(output, &prompt_rows);
+  }
   // Hybrid prefix caching: restored snapshots in, then the step, then the snapshots it saves out.
   VLLM_RETURN_IF_ERROR(
       copy_state_slots(model_->context(), cache_, output.state_restores.src_slots, output.state_restores.dst_slots));
   Tensor logits;
-  if (graphs_ && graphs_->covers(batch)) {
-    VLLM_ASSIGN_OR_RETURN(logits, graphs_->run(batch));
-  } else {
-    VLLM_ASSIGN_OR_RETURN(logits, model_->forward(batch, cache_));
+  {
+    VLLM_PROFILE_SCOPE("step.forward");
+    if (graphs_ && graphs_->covers(batch)) {
+      VLLM_ASSIGN_OR_RETURN(logits, graphs_->run(batch));
+    } else {
+      VLLM_ASSIGN_OR_RETURN(logits, model_->forward(batch, cache_));
+    }
   }
   VLLM_RETURN_IF_ERROR(
       copy_state_slots(model_->context(), cache_, output.state_saves.src_slots, output.state_saves.dst_slots));
@@ -163,6 +172,7 @@ Expected<StepResult> ModelRunner::run_step(const SchedulerOutput& output, StepRe
     }
   }
   if (!states.empty()) {
+    VLLM_PROFILE_SCOPE("step.sample");
     VLLM_ASSIGN_OR_RETURN(Tensor rows_to_sample, gather_sample_rows(logits, sample_rows));
     result.sampled = sampler_.sample(rows_to_sample, states);
   }

@@ -47,6 +47,14 @@ SampleResult sample_row(std::span<const float> raw_logits, const SamplingRequest
                         double u) {
   VLLM_CHECK(request.params != nullptr);
   const SamplingParams& params = *request.params;
+  const bool min_tokens_active =
+      params.min_tokens > 0 &&
+      request.output_token_ids.size() < static_cast<size_t>(params.min_tokens);
+  if (params.is_greedy() && !min_tokens_active && params.logit_bias.empty() &&
+      !params.has_penalties() && request.allowed_token_bitmask.empty()) {
+    // Nothing changes the row: the argmax of the raw logits, without a copy of the vocabulary.
+    return gather_logprobs(raw_logits, argmax(raw_logits), params.logprobs.value_or(0));
+  }
   std::vector<float> logits(raw_logits.begin(), raw_logits.end());
   const std::span<float> row(logits);
   std::vector<float> masked;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 
+#include "backend/cpu/sum_exp.h"
 #include "base/status.h"
 
 namespace vllm {
@@ -38,11 +39,10 @@ struct ByLogitDesc {
   }
 };
 
-// sum_i exp(l_i - m): float exponentials (what torch's float32 softmax uses), double sum.
+// sum_i exp(l_i - m): float exponentials (what torch's float32 softmax uses), double sum;
+// SIMD where the CPU has it (backend/cpu/sum_exp.h).
 double sum_exp(std::span<const float> logits, float m) {
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(v - m);
-  return sum;
+  return cpu::sum_exp(logits.data(), static_cast<int64_t>(logits.size()), m);
 }
 
 uint64_t mix64(uint64_t z) {

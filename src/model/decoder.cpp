@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include "backend/cpu/cache_memory.h"
 #include "ops/ops.h"
 
 namespace vllm {
@@ -13,14 +14,16 @@ Expected<std::shared_ptr<DeviceRuntime>> runtime_for(const LoadOptions& options)
 namespace {
 
 Expected<Tensor> zeroed(const ExecContext& ctx, const Shape& shape, DType dtype, const char* what) {
-  auto t = Tensor::try_empty(shape, dtype, ctx.device);
+  // CPU: a fresh mapping is already zero, and only the pages used get touched.
+  auto t = ctx.device.is_cpu() ? cpu::zeroed_mapping(shape, dtype)
+                               : Tensor::try_empty(shape, dtype, ctx.device);
   if (!t) {
     const DeviceMemory m = device_memory(ctx.device);
     return make_error(t.status().code(), "cannot allocate the {} {} on {}: {} ({:.2f} GiB free)",
                       what, shape_to_string(shape), ctx.device.to_string(), t.status().message(),
                       static_cast<double>(m.free_bytes) / (1 << 30));
   }
-  VLLM_RETURN_IF_ERROR(ops::zero(ctx, *t));
+  if (!ctx.device.is_cpu()) VLLM_RETURN_IF_ERROR(ops::zero(ctx, *t));
   return *t;
 }
 

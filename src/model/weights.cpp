@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backend/cpu/weight_memory.h"
 #include "base/float_convert.h"
 #include "ops/ops.h"
 
@@ -37,6 +38,7 @@ Expected<Tensor> CheckpointWeights::get(const std::string& name, const Shape& sh
 
 Expected<Tensor> DeviceWeights::get(const std::string& name, const Shape& shape) {
   VLLM_ASSIGN_OR_RETURN(Tensor host, inner_.get(name, shape));
+  if (ctx_.device.is_cpu() && ctx_.weight_arena != nullptr) return ctx_.weight_arena->copy(host);
   if (!ctx_.device.is_cuda() || !host.device().is_cpu()) return host;
   DType target = host.dtype();
   if (host.ndim() >= 2) {
@@ -116,6 +118,14 @@ int64_t DummyWeights::num_parameters() const {
   return total;
 }
 
+Expected<Tensor> empty_weight(const Shape& shape, DType dtype, Device device,
+                              const ExecContext* ctx) {
+  if (device.is_cpu() && ctx != nullptr && ctx->weight_arena != nullptr) {
+    return ctx->weight_arena->allocate(shape, dtype);
+  }
+  return Tensor::try_empty(shape, dtype, device);
+}
+
 Expected<Tensor> concat_rows(const std::vector<Tensor>& parts, const ExecContext* ctx) {
   VLLM_CHECK(!parts.empty());
   const DType dtype = parts[0].dtype();
@@ -129,7 +139,7 @@ Expected<Tensor> concat_rows(const std::vector<Tensor>& parts, const ExecContext
     rows += p.size(0);
   }
   if (device.is_meta()) return Tensor::empty({rows, cols}, dtype, Device::meta());
-  VLLM_ASSIGN_OR_RETURN(Tensor out, Tensor::try_empty({rows, cols}, dtype, device));
+  VLLM_ASSIGN_OR_RETURN(Tensor out, empty_weight({rows, cols}, dtype, device, ctx));
   if (device.is_cpu()) {
     char* dst = static_cast<char*>(out.data_ptr());
     for (const Tensor& p : parts) {

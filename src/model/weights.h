@@ -33,7 +33,8 @@ class CheckpointWeights final : public WeightSource {
 };
 
 // Puts another source's weights on an execution context's device, once, at load: on the CPU
-// they pass through untouched (mmapped, in the checkpoint's dtype); on CUDA every matrix
+// they are copied, in the checkpoint's dtype, into the context's weight arena (huge pages,
+// cpu/weight_memory.h) or, without one, pass through untouched (mmapped); on CUDA every matrix
 // (2-D and up) is converted to the activation dtype on the device and 1-D tensors (norms,
 // biases, A_log, dt_bias) keep their F32/BF16 dtype (F16 becomes F32). Running out of device
 // memory is an error naming the tensor, its size and the free memory.
@@ -73,6 +74,11 @@ class DummyWeights final : public WeightSource {
   uint64_t state_;
   std::map<std::string, int64_t> numel_by_name_;
 };
+
+// An uninitialised weight tensor on `device`: from ctx's weight arena on the CPU when it has
+// one, else a plain allocation.
+Expected<Tensor> empty_weight(const Shape& shape, DType dtype, Device device,
+                              const ExecContext* ctx);
 
 // Copies the rows of each [n_i, K] tensor (all of one dtype, on one device) into one
 // [sum n_i, K] tensor on that device, e.g. gate_proj and up_proj into the gate_up weight

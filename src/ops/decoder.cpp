@@ -5,6 +5,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/gates.h"
 #include "backend/cpu/ops.h"
+#include "base/profile.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -26,6 +27,7 @@ using detail::stream;
 
 Status embedding(const ExecContext& ctx, const Tensor& token_ids, const Tensor& table,
                  Tensor& out) {
+  VLLM_PROFILE_SCOPE("embedding");
   if (out.device().is_cpu()) return cpu::embedding(token_ids, table, out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) return cuda::embedding(token_ids, table, out, stream(ctx));
@@ -35,6 +37,7 @@ Status embedding(const ExecContext& ctx, const Tensor& token_ids, const Tensor& 
 
 Status rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps,
                 bool unit_offset, Tensor& out) {
+  VLLM_PROFILE_SCOPE("rms_norm");
   if (out.device().is_cpu()) return cpu::rms_norm(x, weight, eps, unit_offset, out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) {
@@ -46,6 +49,7 @@ Status rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& weight, f
 
 Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual,
                           const Tensor& weight, float eps, bool unit_offset) {
+  VLLM_PROFILE_SCOPE("fused_add_rms_norm");
   if (x.device().is_cpu()) return cpu::fused_add_rms_norm(x, residual, weight, eps, unit_offset);
 #if VLLM_WITH_CUDA
   if (x.device().is_cuda()) {
@@ -56,6 +60,7 @@ Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual,
 }
 
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src) {
+  VLLM_PROFILE_SCOPE("add_inplace");
   if (dst.device().is_cpu()) return cpu::add_inplace(dst, src);
 #if VLLM_WITH_CUDA
   if (dst.device().is_cuda()) return cuda::add_inplace(dst, src, stream(ctx));
@@ -64,6 +69,7 @@ Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src) {
 }
 
 Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out) {
+  VLLM_PROFILE_SCOPE("silu_and_mul");
   if (out.device().is_cpu()) return cpu::silu_and_mul(x, out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) return cuda::silu_and_mul(x, out, stream(ctx));
@@ -73,6 +79,7 @@ Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out) {
 
 Status linear(const ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
               Tensor& out) {
+  VLLM_PROFILE_SCOPE("linear");
   if (out.device().is_cpu()) return cpu::linear(x, weight, bias, out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) {
@@ -106,6 +113,7 @@ Status cpu_head_norm(const Tensor& t, const Tensor& weight, int64_t head_size, f
 
 Status rope(const ExecContext& ctx, const Tensor& positions, Tensor& query, Tensor& key,
             const Tensor& cos_sin_cache, const RopeArgs& args) {
+  VLLM_PROFILE_SCOPE("rope");
   if (query.device().is_cpu()) {
     if (args.q_norm.defined()) {
       VLLM_RETURN_IF_ERROR(
@@ -135,6 +143,7 @@ Status rope(const ExecContext& ctx, const Tensor& positions, Tensor& query, Tens
 
 Status reshape_and_cache(const ExecContext& ctx, const Tensor& key, const Tensor& value,
                          Tensor& kv_cache, const Tensor& slot_mapping) {
+  VLLM_PROFILE_SCOPE("reshape_and_cache");
   if (kv_cache.device().is_cpu()) {
     VLLM_ASSIGN_OR_RETURN(Tensor k, detail::contiguous(ctx, key));
     VLLM_ASSIGN_OR_RETURN(Tensor v, detail::contiguous(ctx, value));
@@ -150,6 +159,7 @@ Status reshape_and_cache(const ExecContext& ctx, const Tensor& key, const Tensor
 
 Status paged_attention(const ExecContext& ctx, const Tensor& query, const Tensor& kv_cache,
                        const BatchLayout& layout, float scale, Tensor& out) {
+  VLLM_PROFILE_SCOPE("paged_attention");
   if (out.device().is_cpu()) {
     VLLM_ASSIGN_OR_RETURN(Tensor q, detail::contiguous(ctx, query));
     cpu::PagedAttentionParams p;
@@ -183,6 +193,7 @@ Status paged_attention(const ExecContext& ctx, const Tensor& query, const Tensor
 
 Status split_q_gate(const ExecContext& ctx, const Tensor& q_gate, int64_t head_dim, Tensor& query,
                     Tensor& gate) {
+  VLLM_PROFILE_SCOPE("split_q_gate");
   if (query.device().is_cpu()) return cpu::split_q_gate(q_gate, head_dim, query, gate);
 #if VLLM_WITH_CUDA
   if (query.device().is_cuda()) {
@@ -193,6 +204,7 @@ Status split_q_gate(const ExecContext& ctx, const Tensor& q_gate, int64_t head_d
 }
 
 Status sigmoid_gate_mul(const ExecContext& ctx, Tensor& x, const Tensor& gate) {
+  VLLM_PROFILE_SCOPE("sigmoid_gate_mul");
   if (x.device().is_cpu()) return cpu::sigmoid_gate_mul(x, gate);
 #if VLLM_WITH_CUDA
   if (x.device().is_cuda()) return cuda::sigmoid_gate_mul(x, gate, stream(ctx));
@@ -201,6 +213,7 @@ Status sigmoid_gate_mul(const ExecContext& ctx, Tensor& x, const Tensor& gate) {
 }
 
 Status add_sigmoid_gated(const ExecContext& ctx, Tensor& out, const Tensor& x, const Tensor& gate) {
+  VLLM_PROFILE_SCOPE("add_sigmoid_gated");
   if (out.device().is_cpu()) return cpu::add_sigmoid_gated(out, x, gate);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) return cuda::add_sigmoid_gated(out, x, gate, stream(ctx));
@@ -209,6 +222,7 @@ Status add_sigmoid_gated(const ExecContext& ctx, Tensor& out, const Tensor& x, c
 }
 
 Status gather_rows(const ExecContext& ctx, const Tensor& x, const Tensor& rows, Tensor& out) {
+  VLLM_PROFILE_SCOPE("gather_rows");
   if (out.device().is_cpu()) return cpu::gather_rows(x, rows, out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) return cuda::gather_rows(x, rows, out, stream(ctx));
@@ -217,6 +231,7 @@ Status gather_rows(const ExecContext& ctx, const Tensor& x, const Tensor& rows, 
 }
 
 Status zero_slots(const ExecContext& ctx, Tensor& state, const Tensor& slots) {
+  VLLM_PROFILE_SCOPE("zero_slots");
   if (state.device().is_cpu()) return cpu::zero_slots(state, slots);
 #if VLLM_WITH_CUDA
   if (state.device().is_cuda()) return cuda::zero_slots(state, slots, stream(ctx));

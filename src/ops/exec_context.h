@@ -16,12 +16,19 @@
 
 namespace vllm {
 
+namespace cpu {
+class WeightArena;
+}  // namespace cpu
+
 struct ExecContext {
   Device device = Device::cpu();
   DType act_dtype = DType::kF32;  // activations and the KV cache
   void* stream = nullptr;         // cudaStream_t on CUDA
   Workspace* workspace = nullptr; // per-step scratch; null: plain allocations
   void* blas = nullptr;           // cuda::BlasContext* on CUDA
+  // CPU: huge-page memory that load-time weights are copied into and built in
+  // (cpu/weight_memory.h); null: weights stay where the loader put them.
+  cpu::WeightArena* weight_arena = nullptr;
 
   // A scratch tensor on `device`: from the workspace when there is one (valid until the
   // workspace is reset at the next step), else a fresh allocation.
@@ -52,6 +59,7 @@ class DeviceRuntime {
   ExecContext context_;
   std::unique_ptr<Workspace> workspace_;
   std::shared_ptr<void> blas_;  // owns the cuda::BlasContext
+  std::shared_ptr<cpu::WeightArena> weight_arena_;
 };
 
 // True when this build has the CUDA backend and a CUDA device is usable.

@@ -5,6 +5,7 @@
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
+#include "base/profile.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -33,6 +34,7 @@ cuda::GdnBatch cuda_batch(const BatchLayout& layout) {
 Status causal_conv1d(const ExecContext& ctx, const Tensor& x, const Tensor& weight,
                      const Tensor& bias, const BatchLayout& layout, Tensor& conv_state,
                      Tensor& out) {
+  VLLM_PROFILE_SCOPE("causal_conv1d");
   if (out.device().is_cpu()) {
     return cpu::causal_conv1d(x, weight, bias, cpu::GdnBatch{layout.query_start_loc,
                                                              layout.state_indices},
@@ -48,6 +50,7 @@ Status causal_conv1d(const ExecContext& ctx, const Tensor& x, const Tensor& weig
 
 Status gdn_gating(const ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& A_log,
                   const Tensor& dt_bias, Tensor& g, Tensor& beta) {
+  VLLM_PROFILE_SCOPE("gdn_gating");
   if (g.device().is_cpu()) return cpu::gdn_gating(a, b, A_log, dt_bias, g, beta);
 #if VLLM_WITH_CUDA
   if (g.device().is_cuda()) return cuda::gdn_gating(a, b, A_log, dt_bias, g, beta, stream(ctx));
@@ -58,6 +61,7 @@ Status gdn_gating(const ExecContext& ctx, const Tensor& a, const Tensor& b, cons
 Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& g, const Tensor& beta, const BatchLayout& layout,
                         const DeltaRuleArgs& args, Tensor& state, Tensor& out) {
+  VLLM_PROFILE_SCOPE("gated_delta_rule");
   if (out.device().is_cpu()) {
     cpu::GatedDeltaRuleParams p;
     p.use_qk_l2norm = args.use_qk_l2norm;
@@ -82,6 +86,7 @@ Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k
 
 Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
                       const Tensor& weight, float eps, Tensor& out) {
+  VLLM_PROFILE_SCOPE("gated_rms_norm");
   if (out.device().is_cpu()) return cpu::gated_rms_norm(x, z, weight, eps, out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) return cuda::gated_rms_norm(x, z, weight, eps, out, stream(ctx));
@@ -91,6 +96,7 @@ Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
 
 Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t top_k,
                  bool renormalize, Tensor& topk_weights, Tensor& topk_ids, bool shared_slot) {
+  VLLM_PROFILE_SCOPE("moe_route");
   if (topk_weights.device().is_cpu()) {
     if (!shared_slot) {
       return cpu::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids);
@@ -132,9 +138,17 @@ Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t to
 Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,
                    const Tensor& topk_weights, const Tensor& topk_ids,
                    const MoeSharedExpert& shared, Tensor& out) {
+  VLLM_PROFILE_SCOPE("moe_experts");
   if (out.device().is_cpu()) {
-    VLLM_RETURN_IF_ERROR(cpu::moe_experts(
-        x, cpu::experts_from_stacked(experts.gate_up, experts.down), topk_weights, topk_ids, out));
+    const bool shaped = x.ndim() == 2 && topk_ids.ndim() == 2 && experts.gate_up.ndim() == 3 &&
+                        experts.down.ndim() == 3;  // else moe_experts_stacked says what is wrong
+    const int64_t bytes = !shaped ? 0
+                                  : static_cast<int64_t>(cpu::moe_experts_scratch_bytes(
+                                        x.size(0), topk_ids.size(1), x.size(1),
+                                        experts.down.size(2), experts.gate_up.size(0)));
+    VLLM_ASSIGN_OR_RETURN(Tensor scratch, ctx.alloc({bytes}, DType::kU8));
+    VLLM_RETURN_IF_ERROR(cpu::moe_experts_stacked(x, experts.gate_up, experts.down, topk_weights,
+                                                  topk_ids, scratch, out));
     if (!shared.out.defined()) return Status::ok();
     VLLM_ASSIGN_OR_RETURN(Tensor gate, detail::contiguous(ctx, shared.gate));
     return cpu::add_sigmoid_gated(out, shared.out, gate);

@@ -1,6 +1,7 @@
 // DeviceRuntime and ExecContext::alloc (exec_context.h).
 #include <utility>
 
+#include "backend/cpu/weight_memory.h"
 #include "base/logging.h"
 #include "ops/exec_context.h"
 
@@ -49,6 +50,10 @@ Expected<std::unique_ptr<DeviceRuntime>> DeviceRuntime::create(Device device, DT
       return make_error(ErrorCode::kUnsupported,
                         "the CPU backend computes in float32; --dtype {} is for CUDA devices",
                         dtype_name(act_dtype));
+    }
+    if (cpu::weights_in_huge_pages()) {
+      rt->weight_arena_ = std::make_shared<cpu::WeightArena>();
+      rt->context_.weight_arena = rt->weight_arena_.get();
     }
   } else if (device.is_cuda()) {
 #if VLLM_WITH_CUDA

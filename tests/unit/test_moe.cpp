@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -110,6 +111,36 @@ TEST(MoeExperts, MatchesReferenceForEveryDtypeAndFusedViews) {
       ASSERT_TRUE(cpu::moe_experts(x, ew, w, ids, out).is_ok());
       EXPECT_LT(rel_l2(out, experts_reference(x, gate, up, down, w, ids, inter)), 1e-5)
           << dtype_name(dtype) << (fused ? " fused" : "");
+    }
+  }
+}
+
+TEST(MoeExperts, StackedIsBitwiseThePerExpertOp) {
+  const int64_t tokens = 13, hidden = 40, inter = 24, experts = 6, k = 2;
+  Tensor wide = random_f32({tokens, hidden + 3}, 31);
+  Tensor x = wide.slice(1, 1, 1 + hidden);  // strided rows
+  Tensor logits = random_f32({tokens, experts}, 32, -3, 3);
+  Tensor w = Tensor::empty({tokens, k}, DType::kF32);
+  Tensor ids = Tensor::empty({tokens, k}, DType::kI64);
+  ASSERT_TRUE(cpu::moe_route(logits, k, true, w, ids).is_ok());
+  for (DType dtype : kWeightDTypes) {
+    for (int64_t rows : {int64_t{1}, int64_t{3}, tokens}) {  // decode and prefill sizes
+      Tensor xs = x.slice(0, 0, rows), ws = w.slice(0, 0, rows), is = ids.slice(0, 0, rows);
+      Tensor gate_up = cast_to(random_f32({experts, 2 * inter, hidden}, 33, -0.5, 0.5), dtype);
+      Tensor down = cast_to(random_f32({experts, hidden, inter}, 34, -0.5, 0.5), dtype);
+      Tensor want = Tensor::empty({rows, hidden}, DType::kF32);
+      ASSERT_TRUE(
+          cpu::moe_experts(xs, cpu::experts_from_stacked(gate_up, down), ws, is, want).is_ok());
+      const auto bytes =
+          static_cast<int64_t>(cpu::moe_experts_scratch_bytes(rows, k, hidden, inter, experts));
+      Tensor scratch = Tensor::empty({bytes}, DType::kU8);
+      Tensor got = Tensor::empty({rows, hidden}, DType::kF32);
+      ASSERT_TRUE(cpu::moe_experts_stacked(xs, gate_up, down, ws, is, scratch, got).is_ok());
+      EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), want.nbytes()), 0)
+          << dtype_name(dtype) << " rows=" << rows;
+      Tensor small = Tensor::empty({bytes - 1}, DType::kU8);
+      expect_error(cpu::moe_experts_stacked(xs, gate_up, down, ws, is, small, got),
+                   ErrorCode::kInvalidArgument, "scratch has");
     }
   }
 }

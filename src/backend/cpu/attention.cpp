@@ -1,13 +1,41 @@
+// Paged attention and the KV-cache write on the CPU (attention.h). Work items are (query row,
+// head) pairs; the inner loop over the context is the portable reference below or its AVX2 /
+// AVX-512 variant (vec_kernels.h), by cpu_isa.h.
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/vec_kernels.h"
 #include "base/thread_pool.h"
 
 namespace vllm::cpu {
 namespace {
+
+// The reference inner loop (see vec_kernels.h): scores in f32, softmax weights and the
+// weighted sum of values in double.
+void attention_row_portable(const detail::AttentionRow& a, double* acc) {
+  const int64_t bs = a.block_size, head_dim = a.head_dim;
+  float max_score = -INFINITY;
+  for (int64_t j = 0; j < a.ctx; ++j) {
+    const float* k = a.cache + (a.table[j / bs] * 2 * bs + j % bs) * a.kv_row + a.kv_offset;
+    float dot = 0.0f;
+    for (int64_t d = 0; d < head_dim; ++d) dot += a.q[d] * k[d];
+    a.scores[j] = dot * a.scale;
+    max_score = std::max(max_score, a.scores[j]);
+  }
+  double denom = 0.0;
+  std::fill(acc, acc + head_dim, 0.0);
+  for (int64_t j = 0; j < a.ctx; ++j) {
+    const double p = std::exp(static_cast<double>(a.scores[j] - max_score));
+    denom += p;
+    const float* v = a.cache + ((a.table[j / bs] * 2 + 1) * bs + j % bs) * a.kv_row + a.kv_offset;
+    for (int64_t d = 0; d < head_dim; ++d) acc[d] += p * v[d];
+  }
+  for (int64_t d = 0; d < head_dim; ++d) a.out[d] = static_cast<float>(acc[d] / denom);
+}
 
 struct CacheDims {
   int64_t num_blocks, block_size, kv_heads, head_dim;
@@ -133,50 +161,47 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
       row_request[static_cast<size_t>(t)] = static_cast<int32_t>(r);
     }
   }
+  const int32_t* row_req = row_request.data();
 
   const int64_t group = q_heads / dims.kv_heads;
-  const int64_t kv_row = dims.kv_heads * head_dim;
-  const int64_t block_size = dims.block_size;
-  const float* cache = kv_cache.data<float>();
+  const CpuIsa isa = active_isa();
+  detail::AttentionRow base;
+  base.cache = kv_cache.data<float>();
+  base.block_size = dims.block_size;
+  base.kv_row = dims.kv_heads * head_dim;
+  base.head_dim = head_dim;
+  base.scale = params.scale;
   const int32_t* tables = block_tables.data<int32_t>();
   const float* q_all = query.data<float>();
   float* out_all = out.data<float>();
 
+  // Scratch reused per thread across calls: no allocation once the longest context was seen.
   parallel_for(0, tokens * q_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    std::vector<double> acc(static_cast<size_t>(head_dim));
+    thread_local std::vector<float> scores;
+    thread_local std::vector<double> acc;
+    acc.resize(static_cast<size_t>(head_dim));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / q_heads, h = item % q_heads;
-      const int64_t r = row_request[static_cast<size_t>(t)];
+      const int64_t r = row_req[t];
       const int64_t q_len = params.query_start_loc[r + 1] - params.query_start_loc[r];
       const int64_t position = params.seq_lens[r] - q_len + (t - params.query_start_loc[r]);
-      const int64_t ctx = position + 1;  // keys [0, position]
-      const int32_t* table = tables + r * max_blocks;
-      const float* q = q_all + item * head_dim;
-      const int64_t kv_offset = (h / group) * head_dim;
-      scores.resize(static_cast<size_t>(ctx));
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < ctx; ++j) {
-        const float* k =
-            cache + (table[j / block_size] * 2 * block_size + j % block_size) * kv_row + kv_offset;
-        float dot = 0.0f;
-        for (int64_t d = 0; d < head_dim; ++d) dot += q[d] * k[d];
-        scores[static_cast<size_t>(j)] = dot * params.scale;
-        max_score = std::max(max_score, scores[static_cast<size_t>(j)]);
-      }
-      double denom = 0.0;
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j < ctx; ++j) {
-        const double p = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
-        denom += p;
-        const float* v = cache +
-                         ((table[j / block_size] * 2 + 1) * block_size + j % block_size) * kv_row +
-                         kv_offset;
-        for (int64_t d = 0; d < head_dim; ++d) acc[static_cast<size_t>(d)] += p * v[d];
-      }
-      float* o = out_all + item * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) {
-        o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
+      detail::AttentionRow a = base;
+      a.ctx = position + 1;  // keys [0, position]
+      a.table = tables + r * max_blocks;
+      a.q = q_all + item * head_dim;
+      a.out = out_all + item * head_dim;
+      a.kv_offset = (h / group) * head_dim;
+      if (scores.size() < static_cast<size_t>(a.ctx)) scores.resize(static_cast<size_t>(a.ctx));
+      a.scores = scores.data();
+      switch (isa) {
+        case CpuIsa::kAvx512:
+          detail::attention_row_avx512(a);
+          break;
+        case CpuIsa::kAvx2:
+          detail::attention_row_avx2(a);
+          break;
+        default:
+          attention_row_portable(a, acc.data());
       }
     }
   });

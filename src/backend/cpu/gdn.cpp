@@ -7,8 +7,8 @@
 // 20; the norm's mean of squares accumulated in double (at least as accurate as torch's sum).
 #include "backend/cpu/gdn.h"
 
+#include <algorithm>
 #include <cmath>
-#include <unordered_set>
 #include <vector>
 
 #include "backend/cpu/common.h"
@@ -32,7 +32,9 @@ Status check_gdn_batch(std::string_view op, const GdnBatch& batch, int64_t num_t
                       "{}: query_start_loc must run from 0 to the {} tokens, got {} .. {}", op,
                       num_tokens, loc[0], loc.back());
   }
-  std::unordered_set<int32_t> seen;
+  // One flag per slot, reused across calls (no allocation per op once sized).
+  thread_local std::vector<uint8_t> seen;
+  seen.assign(static_cast<size_t>(std::max<int64_t>(num_slots, 0)), 0);
   for (size_t r = 0; r < slots.size(); ++r) {
     if (loc[r + 1] < loc[r]) {
       return make_error(ErrorCode::kInvalidArgument,
@@ -44,7 +46,7 @@ Status check_gdn_batch(std::string_view op, const GdnBatch& batch, int64_t num_t
                         "{}: state_indices[{}] = {} is outside the {} state slots", op, r, slots[r],
                         num_slots);
     }
-    if (!seen.insert(slots[r]).second) {
+    if (seen[static_cast<size_t>(slots[r])]++ != 0) {
       return make_error(ErrorCode::kInvalidArgument,
                         "{}: state slot {} is used by two requests of one batch", op, slots[r]);
     }
@@ -65,10 +67,11 @@ float softplus(float x) {
   return x > 20.0f ? x : std::log1p(std::exp(x));
 }
 
-std::vector<float> decoded(const Tensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  detail::decode_to_f32(t.data_ptr(), t.dtype(), t.numel(), out.data());
-  return out;
+// t decoded to f32 into `buf` (kept by the caller across calls); returns buf.data().
+const float* decode_into(const Tensor& t, std::vector<float>& buf) {
+  buf.resize(static_cast<size_t>(t.numel()));
+  detail::decode_to_f32(t.data_ptr(), t.dtype(), t.numel(), buf.data());
+  return buf.data();
 }
 
 }  // namespace
@@ -103,16 +106,23 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
   VLLM_RETURN_IF_ERROR(detail::check_gdn_batch(kOp, batch, tokens, num_slots));
 
-  const std::vector<float> w = decoded(weight);
-  const std::vector<float> b =
-      bias.defined() ? decoded(bias) : std::vector<float>(static_cast<size_t>(channels));
+  // Decoded weights in per-thread buffers reused across calls; the workers read them through
+  // these pointers (a thread_local named inside the loop body would be the worker's own).
+  thread_local std::vector<float> w_buf, b_buf;
+  const float* w = decode_into(weight, w_buf);
+  if (!bias.defined()) b_buf.assign(static_cast<size_t>(channels), 0.0f);
+  const float* b = bias.defined() ? decode_into(bias, b_buf) : b_buf.data();
   const int64_t num_requests = static_cast<int64_t>(batch.state_indices.size());
   constexpr int64_t kBlock = 64;  // channels per work item
   const int64_t blocks = (channels + kBlock - 1) / kBlock;
   float* state_base = conv_state.numel() == 0 ? nullptr : conv_state.data<float>();
+  // A decode step's conv is a few thousand multiply-adds: run it on the caller.
+  const int64_t per_request = std::max<int64_t>(1, tokens / std::max<int64_t>(num_requests, 1));
+  const int64_t grain = detail::grain_for(kBlock * width * per_request);
 
-  parallel_for(0, num_requests * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> window(static_cast<size_t>(kBlock * std::max<int64_t>(hist, 1)));
+  parallel_for(0, num_requests * blocks, grain, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> window;
+    window.resize(static_cast<size_t>(kBlock * std::max<int64_t>(hist, 1)));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t r = item / blocks;
       const int64_t c0 = (item % blocks) * kBlock, c1 = std::min(channels, c0 + kBlock);
@@ -128,12 +138,12 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
         float* orow = out_rows.row<float>(t);
         for (int64_t c = c0; c < c1; ++c) {
           float* win = window.data() + (c - c0) * hist;
-          const float* wc = w.data() + c * width;
+          const float* wc = w + c * width;
           const float in = xr[c];
           float acc = 0.0f;
           for (int64_t j = 0; j < hist; ++j) acc += wc[j] * win[j];
           acc += wc[hist] * in;
-          acc += b[static_cast<size_t>(c)];
+          acc += b[c];
           for (int64_t j = 0; j + 1 < hist; ++j) win[j] = win[j + 1];
           if (hist > 0) win[hist - 1] = in;
           orow[c] = silu(acc);
@@ -166,16 +176,17 @@ Status gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const T
   VLLM_ASSIGN_OR_RETURN(detail::Rows b_rows, detail::as_rows(kOp, "b", b));
   VLLM_ASSIGN_OR_RETURN(detail::Rows g_rows, detail::as_rows(kOp, "g", g));
   VLLM_ASSIGN_OR_RETURN(detail::Rows beta_rows, detail::as_rows(kOp, "beta", beta));
-  std::vector<float> neg_a = decoded(A_log);
-  for (float& v : neg_a) v = -std::exp(v);
-  const std::vector<float> dt = decoded(dt_bias);
+  thread_local std::vector<float> neg_a_buf, dt_buf;
+  float* neg_a = const_cast<float*>(decode_into(A_log, neg_a_buf));
+  for (int64_t h = 0; h < heads; ++h) neg_a[h] = -std::exp(neg_a[h]);
+  const float* dt = decode_into(dt_bias, dt_buf);
   for (int64_t t = 0; t < tokens; ++t) {
     const float* ar = a_rows.row<float>(t);
     const float* br = b_rows.row<float>(t);
     float* gr = g_rows.row<float>(t);
     float* betar = beta_rows.row<float>(t);
     for (int64_t h = 0; h < heads; ++h) {
-      gr[h] = neg_a[static_cast<size_t>(h)] * softplus(ar[h] + dt[static_cast<size_t>(h)]);
+      gr[h] = neg_a[h] * softplus(ar[h] + dt[h]);
       betar[h] = 1.0f / (1.0f + std::exp(-br[h]));
     }
   }
@@ -202,7 +213,8 @@ Status gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& weight, fl
   VLLM_ASSIGN_OR_RETURN(detail::Rows x_rows, detail::as_rows(kOp, "x", x));
   VLLM_ASSIGN_OR_RETURN(detail::Rows z_rows, detail::as_rows(kOp, "z", z));
   VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
-  const std::vector<float> w = decoded(weight);
+  thread_local std::vector<float> w_buf;
+  const float* w = decode_into(weight, w_buf);
   const int64_t heads = x.size(1) / dim;
   parallel_for(0, x.size(0), detail::grain_for(x.size(1) * 4), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -216,7 +228,7 @@ Status gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& weight, fl
         const float inv_rms =
             static_cast<float>(1.0 / std::sqrt(static_cast<double>(variance + eps)));
         for (int64_t i = 0; i < dim; ++i) {
-          os[i] = (w[static_cast<size_t>(i)] * (xs[i] * inv_rms)) * silu(zs[i]);
+          os[i] = (w[i] * (xs[i] * inv_rms)) * silu(zs[i]);
         }
       }
     }

@@ -8,13 +8,17 @@
 //
 // Work items are (request, value head) pairs; each walks its tokens in order over its own
 // [Dk, Dv] state, so items never share memory. q and k are L2-normalised once per key head
-// and token before the walk.
+// and token before the walk. The per-token step below is the reference; AVX2 / AVX-512 CPUs
+// run its variant from vec_kernels.h (one read pass and one read-write pass over the state,
+// with FMA), which differs only by f32 rounding.
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/common.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/gdn.h"
 #include "backend/cpu/gdn_batch.h"
+#include "backend/cpu/vec_kernels.h"
 #include "base/thread_pool.h"
 
 namespace vllm::cpu {
@@ -84,31 +88,56 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   // Normalised q (scaled) and k: [T, Hk, Dk].
   std::vector<float> qn(static_cast<size_t>(tokens * hk * dk));
   std::vector<float> kn(qn.size());
+  float* const qn_data = qn.data();
+  float* const kn_data = kn.data();
   parallel_for(0, tokens, detail::grain_for(hk * dk * 4), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t h = 0; h < hk; ++h) {
         const int64_t at = (t * hk + h) * dk;
         l2_normalize(q_rows.row<float>(t) + h * dk, dk, params.use_qk_l2norm, params.l2norm_eps,
-                     scale, qn.data() + at);
+                     scale, qn_data + at);
         l2_normalize(k_rows.row<float>(t) + h * dk, dk, params.use_qk_l2norm, params.l2norm_eps,
-                     1.0f, kn.data() + at);
+                     1.0f, kn_data + at);
       }
     }
   });
 
   const int64_t num_requests = static_cast<int64_t>(batch.state_indices.size());
   float* state_base = state.data<float>();
+  const CpuIsa isa = active_isa();
   parallel_for(0, num_requests * hv, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> mem(static_cast<size_t>(dv)), delta(mem.size()), o(mem.size());
+    thread_local std::vector<float> mem, delta, o;
+    mem.resize(static_cast<size_t>(dv));
+    delta.resize(mem.size());
+    o.resize(mem.size());
     for (int64_t item = begin; item < end; ++item) {
       const int64_t r = item / hv, h = item % hv, kh = h / group;
       float* s = state_base + (batch.state_indices[r] * hv + h) * dk * dv;
       for (int64_t t = batch.query_start_loc[r]; t < batch.query_start_loc[r + 1]; ++t) {
-        const float* qt = qn.data() + (t * hk + kh) * dk;
-        const float* kt = kn.data() + (t * hk + kh) * dk;
+        const float* qt = qn_data + (t * hk + kh) * dk;
+        const float* kt = kn_data + (t * hk + kh) * dk;
         const float* vt = v_rows.row<float>(t) + h * dv;
         const float decay = std::exp(g_rows.row<float>(t)[h]);
         const float b = beta_rows.row<float>(t)[h];
+        if (isa != CpuIsa::kPortable) {
+          detail::DeltaRuleStep step;
+          step.state = s;
+          step.q = qt;
+          step.k = kt;
+          step.v = vt;
+          step.out = out_rows.row<float>(t) + h * dv;
+          step.scratch = delta.data();
+          step.decay = decay;
+          step.beta = b;
+          step.dk = dk;
+          step.dv = dv;
+          if (isa == CpuIsa::kAvx512) {
+            detail::delta_rule_step_avx512(step);
+          } else {
+            detail::delta_rule_step_avx2(step);
+          }
+          continue;
+        }
         // Decay the state and read what it predicts for k_t.
         std::fill(mem.begin(), mem.end(), 0.0f);
         for (int64_t i = 0; i < dk; ++i) {

@@ -2,8 +2,8 @@
 //
 // Work is split over output columns N across our thread pool; OpenBLAS is pinned to one
 // thread so the two pools don't oversubscribe the cores. M <= 8 (decode) takes the direct
-// kernel in linear_direct.cpp; larger M calls sgemm per column block, decoding BF16/F16
-// weight blocks into per-thread f32 scratch first.
+// kernel in linear_direct.cpp (or its AVX2 / AVX-512 variant, by cpu_isa.h); larger M calls
+// sgemm per column block, decoding BF16/F16 weight blocks into per-thread f32 scratch first.
 #include <cblas.h>
 
 #include <algorithm>
@@ -20,8 +20,15 @@ namespace vllm::cpu {
 namespace detail {
 namespace {
 
-// Weight rows decoded per sgemm call on the BF16/F16 path: 64 rows x K f32 of scratch.
-constexpr int64_t kBlasBlockN = 64;
+// Weight rows decoded per sgemm call on the BF16/F16 path: as many as fill about 1 MiB of
+// f32 scratch (an L2's worth), 16 to 256 rows. Fewer, larger calls pack x fewer times:
+// Qwen3-0.6B's 128-token prefill ran ~4% faster on one core than with 64-row blocks.
+constexpr int64_t kBlasScratchBytes = int64_t{1} << 20;
+
+int64_t blas_block_rows(int64_t K) {
+  const int64_t rows = kBlasScratchBytes / (std::max<int64_t>(K, 1) * int64_t{sizeof(float)});
+  return std::clamp<int64_t>(rows / 16 * 16, 16, 256);
+}
 
 void add_bias(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   if (a.bias == nullptr) return;
@@ -48,21 +55,69 @@ void use_single_threaded_blas() {
   });
 }
 
-void linear_blas(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+void decode_weights(const void* src, DType dtype, int64_t count, float* dst, CpuIsa isa) {
+  const auto* bits = static_cast<const uint16_t*>(src);
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return decode_to_f32_avx512(bits, dtype, count, dst);
+    case CpuIsa::kAvx2:
+      return decode_to_f32_avx2(bits, dtype, count, dst);
+    default:
+      return decode_to_f32(src, dtype, count, dst);
+  }
+}
+
+void linear_blas(const LinearArgs& a, int64_t n_begin, int64_t n_end, CpuIsa isa) {
   if (a.w_dtype == DType::kF32) {
     sgemm_block(a, static_cast<const float*>(a.w) + n_begin * a.K, n_begin, n_end - n_begin);
   } else {
     thread_local std::vector<float> scratch;
-    scratch.resize(static_cast<size_t>(kBlasBlockN * a.K));
+    const int64_t block = blas_block_rows(a.K);
+    scratch.resize(static_cast<size_t>(block * a.K));
     const size_t row_bytes = static_cast<size_t>(a.K) * dtype_size(a.w_dtype);
-    for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlasBlockN) {
-      const int64_t rows = std::min(kBlasBlockN, n_end - n0);
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += block) {
+      const int64_t rows = std::min(block, n_end - n0);
       const char* src = static_cast<const char*>(a.w) + static_cast<size_t>(n0) * row_bytes;
-      decode_to_f32(src, a.w_dtype, rows * a.K, scratch.data());
+      decode_weights(src, a.w_dtype, rows * a.K, scratch.data(), isa);
       sgemm_block(a, scratch.data(), n0, rows);
     }
   }
   add_bias(a, n_begin, n_end);
+}
+
+void run_linear(const LinearArgs& args) {
+  const int64_t M = args.M, N = args.N, K = args.K;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // empty sum: out = bias (or 0)
+    for (int64_t m = 0; m < M; ++m) {
+      float* o = args.out + m * args.ldo;
+      for (int64_t n = 0; n < N; ++n) {
+        o[n] = args.bias ? load_f32(args.bias, args.bias_dtype, n) : 0.0f;
+      }
+    }
+    return;
+  }
+  const CpuIsa isa = active_isa();
+  if (M <= kDirectMaxM) {
+    // ~64K multiply-adds per chunk at least, in whole 4-row tiles.
+    int64_t grain = std::max<int64_t>(4, (65536 / (M * K) + 3) / 4 * 4);
+    auto kernel = isa == CpuIsa::kAvx512 ? linear_direct_avx512
+                  : isa == CpuIsa::kAvx2 ? linear_direct_avx2
+                                         : linear_direct;
+    LinearArgs a = args;
+    if (isa == CpuIsa::kAvx512 && a.w_dtype == DType::kBF16 && K >= 32 && M <= 4) {
+      // Reordered once here rather than in every chunk; reused by this thread across calls.
+      // (At M > 4 the widening is amortised over enough FMAs that pairing does not pay.)
+      thread_local std::vector<float> pairs;
+      pairs.resize(static_cast<size_t>(M * (K / 32 * 32)));
+      pair_columns_avx512(a, pairs.data());
+      a.x_pairs = pairs.data();
+    }
+    parallel_for(0, N, grain, [&](int64_t b, int64_t e) { kernel(a, b, e); });
+  } else {
+    use_single_threaded_blas();
+    parallel_for(0, N, 64, [&](int64_t b, int64_t e) { linear_blas(args, b, e, isa); });
+  }
 }
 
 }  // namespace detail
@@ -110,24 +165,7 @@ Status linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&
   args.N = N;
   args.K = K;
 
-  if (K == 0) {  // empty sum: out = bias (or 0)
-    for (int64_t m = 0; m < M; ++m) {
-      float* o = args.out + m * args.ldo;
-      for (int64_t n = 0; n < N; ++n) {
-        o[n] = args.bias ? detail::load_f32(args.bias, args.bias_dtype, n) : 0.0f;
-      }
-    }
-    return Status::ok();
-  }
-
-  if (M <= detail::kDirectMaxM) {
-    // ~64K multiply-adds per chunk at least, in whole 4-row tiles.
-    int64_t grain = std::max<int64_t>(4, (65536 / (M * K) + 3) / 4 * 4);
-    parallel_for(0, N, grain, [&](int64_t b, int64_t e) { detail::linear_direct(args, b, e); });
-  } else {
-    detail::use_single_threaded_blas();
-    parallel_for(0, N, 64, [&](int64_t b, int64_t e) { detail::linear_blas(args, b, e); });
-  }
+  detail::run_linear(args);
   return Status::ok();
 }
 

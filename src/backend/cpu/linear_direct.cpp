@@ -1,7 +1,7 @@
 // The small-M (decode) GEMM kernel: at M <= 8 a GEMM is a weight-streaming problem, so each
 // tile of 4 weight rows x 512 columns is decoded once (BF16/F16 -> f32) and dotted with all
 // M activation rows while it sits in L1. 8-wide vector accumulators (GCC/Clang vector
-// extensions) keep it portable; on x86-64 an AVX2 clone is picked at load time.
+// extensions) keep it portable: this is the reference the SIMD variants are tested against.
 #include <algorithm>
 #include <cstring>
 
@@ -18,12 +18,6 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
 
 constexpr int64_t kTileN = 4;
 constexpr int64_t kTileK = 512;
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define VLLM_LINEAR_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define VLLM_LINEAR_CLONES
-#endif
 
 // Decodes columns [k0, k0 + len) of weight row `n` into dst (f32).
 inline void decode_tile_row(const LinearArgs& a, int64_t n, int64_t k0, int64_t len, float* dst) {
@@ -48,7 +42,6 @@ inline float hsum(const v8f& v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-VLLM_LINEAR_CLONES
 void direct_rows(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   alignas(32) float tile[kTileN][kTileK];
   const bool f32 = a.w_dtype == DType::kF32;

@@ -1,5 +1,6 @@
 #include "model/layers/logits.h"
 
+#include "base/profile.h"
 #include "ops/ops.h"
 
 namespace vllm {
@@ -7,6 +8,7 @@ namespace vllm {
 Expected<Tensor> compute_logits(const ExecContext& ctx, const Tensor& hidden,
                                 const Tensor& residual, const Tensor& rows,
                                 const LogitsHead& head) {
+  VLLM_PROFILE_SCOPE("compute_logits");
   const int64_t count = rows.size(0), width = hidden.size(1);
   VLLM_ASSIGN_OR_RETURN(Tensor selected, ctx.act({count, width}));
   VLLM_ASSIGN_OR_RETURN(Tensor selected_residual, ctx.alloc({count, width}, residual.dtype()));

@@ -15,7 +15,7 @@ class ExpertStack {
   Status put(const ExecContext& ctx, const std::string& part_name, const Tensor& part,
              int64_t expert, int64_t row) {
     if (!stack_.defined()) {
-      auto made = Tensor::try_empty(shape_, part.dtype(), part.device());
+      auto made = empty_weight(shape_, part.dtype(), part.device(), &ctx);
       if (!made) {
         const DeviceMemory m = device_memory(part.device());
         return make_error(made.status().code(),
