@@ -126,13 +126,13 @@ Expected<std::vector<Prompt>> collect_prompts(const GenerateArgs& args, const To
                         args.model);
     }
     VLLM_ASSIGN_OR_RETURN(auto ids, tokenizer->encode(text, /*add_special_tokens=*/true));
-    prompts.push_back({text, std::move(ids)});
+    prompts.push_back({text, std::move(ids), std::nullopt});
     return Status::ok();
   };
   for (const std::string& text : args.prompts) VLLM_RETURN_IF_ERROR(add_text(text));
   for (const std::string& ids : args.prompt_ids) {
     VLLM_ASSIGN_OR_RETURN(auto parsed, parse_ids(ids));
-    prompts.push_back({std::nullopt, std::move(parsed)});
+    prompts.push_back({std::nullopt, std::move(parsed), std::nullopt});
   }
   if (!args.input.empty()) {
     std::ifstream in(args.input);
