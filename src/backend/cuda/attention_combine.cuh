@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/attention_tiled.cuh"
 
 namespace vllm::cuda::detail {
 
@@ -31,7 +32,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(const A
   if (!req.valid) return;
   const int rows = req.q_len * a.group;
   if (rows == 0 || rows > kSmallRows) return;
-  const int chunks = chunks_of(req.seq_len, a.num_splits);
+  // The small kernel's chunks (its key tile at this head dim: attention_tiled.cuh).
+  const int chunks = chunks_of<AttnTile<T, D, true>::kKeys>(req.seq_len, a.num_splits);
   if (chunks <= 1) return;
   const int64_t first_slot = (static_cast<int64_t>(r) * gridDim.x + kh) * a.num_splits * kSmallRows;
   const int lane = threadIdx.x % kWarpSize;

@@ -51,22 +51,26 @@ __device__ __forceinline__ RequestView load_request(const AttentionArgs& a, int 
 
 // Keys per chunk of a small request with seq_len keys when the grid gives every request
 // num_splits chunks: the request's keys spread over all of them, each chunk a multiple of
-// kSplitChunkAlign keys (every kernel's key tile divides it) and at least kMinKeysPerSplit.
-// Decided per request on the device, so the grid (sized by an upper bound of the sequence
-// lengths) stays fixed while lengths change, as a CUDA graph replay needs; a short request in a
-// batch with long ones takes only the chunks its own length fills.
+// kAlign keys (the small kernel's key tile for this head dim, so a chunk is whole tiles) and
+// at least kMinKeysPerSplit. Decided per request on the device, so the grid (sized by an
+// upper bound of the sequence lengths) stays fixed while lengths change, as a CUDA graph
+// replay needs; a short request in a batch with long ones takes only the chunks its own
+// length fills. The small kernel and the combine of one head dim use the same kAlign.
+template <int kAlign>
 __device__ __forceinline__ int32_t request_chunk(int32_t seq_len, int32_t num_splits) {
+  static_assert(kSplitChunkAlign % kAlign == 0, "the host plan's chunks must stay whole tiles");
   const int32_t seq = seq_len > 0 ? seq_len : 1;
   if (num_splits <= 1 || seq < 2 * kMinKeysPerSplit) return seq;
   int32_t chunk = (seq + num_splits - 1) / num_splits;
-  chunk = (chunk + kSplitChunkAlign - 1) / kSplitChunkAlign * kSplitChunkAlign;
+  chunk = (chunk + kAlign - 1) / kAlign * kAlign;
   if (chunk < kMinKeysPerSplit) chunk = kMinKeysPerSplit;
   return chunk < seq ? chunk : seq;
 }
 
-// Chunks a (small) request of seq_len keys uses (request_chunk keys each).
+// Chunks a (small) request of seq_len keys uses (request_chunk<kAlign> keys each).
+template <int kAlign>
 __device__ __forceinline__ int chunks_of(int32_t seq_len, int32_t num_splits) {
-  const int32_t chunk = request_chunk(seq_len, num_splits);
+  const int32_t chunk = request_chunk<kAlign>(seq_len, num_splits);
   return static_cast<int>((static_cast<int64_t>(seq_len) + chunk - 1) / chunk);
 }
 

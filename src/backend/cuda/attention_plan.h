@@ -23,9 +23,10 @@ namespace vllm::cuda::detail {
 constexpr int kSmallRows = 16;
 // Most chunks per request (a 64-lane combine step handles them in two passes per lane).
 constexpr int kMaxSplits = 64;
-// Fewest keys per chunk: below this the partial results' round trip costs more than the
-// parallelism gains (a chunk is then 4 to 16 key tiles).
-constexpr int kMinKeysPerSplit = 64;
+// Fewest keys per chunk: one key tile of the head-dim-256 small kernel (32 keys; the other
+// head dims' small kernels take 64-key tiles, so their chunks are at least 64 keys). Shorter
+// chunks spread a batch-1 decode over more SMs; the combine merges more of them.
+constexpr int kMinKeysPerSplit = 32;
 // Blocks the split aims for: about four waves of the H200's 132 SMs at two resident small
 // blocks per SM, so the last wave's tail is short.
 constexpr int kTargetSplitBlocks = 1024;

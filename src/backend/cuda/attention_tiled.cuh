@@ -136,11 +136,11 @@ __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const Att
   int split = 0;
   if (kSmall) {
     split = blockIdx.x;
-    const int32_t chunk = request_chunk(req.seq_len, a.num_splits);
+    const int32_t chunk = request_chunk<kKeys>(req.seq_len, a.num_splits);
     k_begin = split * chunk;
     if (k_begin >= kv_end) return;  // this request needs fewer chunks
     if (kv_end - k_begin > chunk) k_end = k_begin + chunk;
-    partial = chunks_of(req.seq_len, a.num_splits) > 1;
+    partial = chunks_of<kKeys>(req.seq_len, a.num_splits) > 1;
   }
   const int num_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
   const int32_t* table = a.block_tables + static_cast<int64_t>(r) * a.max_blocks_per_seq;
