@@ -220,6 +220,27 @@ TEST_F(SamplingCuda, PlainRowsMatchCpu) {
   }
 }
 
+// A batch that fills up one row at a time (requests joining a running batch) grows the
+// row buffers each step; the edit buffer must not grow with them (it once doubled per
+// growth, to a 17 GB allocation at 256 rows).
+TEST_F(SamplingCuda, GrowingBatchKeepsBuffersBounded) {
+  const int64_t vocab = 1000;
+  auto created = cuda::DeviceSampler::create(Device::cuda(), 1, static_cast<int32_t>(vocab));
+  ASSERT_TRUE(created.has_value()) << created.status().to_string();
+  std::unique_ptr<cuda::DeviceSampler> sampler = std::move(created).value();
+  for (int64_t rows = 1; rows <= 300; ++rows) {
+    Tensor logits = random_logits(rows, vocab, rng_);
+    auto device_logits = cuda::copy_to_device(logits);
+    ASSERT_TRUE(device_logits.has_value());
+    std::vector<cuda::SamplingRow> params(static_cast<size_t>(rows));
+    for (cuda::SamplingRow& row : params) row.greedy = true;
+    std::vector<cuda::SampledToken> out;
+    const Status s = sampler->sample(*device_logits, params, out);
+    ASSERT_TRUE(s.is_ok()) << "rows " << rows << ": " << s.to_string();
+    ASSERT_EQ(out.size(), static_cast<size_t>(rows));
+  }
+}
+
 // top_p alone over the whole vocabulary, deep into the tail (the device's mass select runs
 // over the full row), plus top_k above the shared-memory capacity.
 TEST_F(SamplingCuda, DeepTopPAndLargeTopK) {

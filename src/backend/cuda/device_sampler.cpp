@@ -158,7 +158,10 @@ Status DeviceSampler::reserve(size_t rows, size_t edits, size_t work_rows, int64
   Buffers& b = *buffers_;
   if (rows > b.row_capacity || edits > b.edit_capacity) {
     const size_t new_rows = std::max(rows, b.row_capacity);
-    const size_t new_edits = std::max(edits, b.edit_capacity * 2);
+    // Edits grow geometrically, but only when they are what ran short: growing the rows
+    // alone (a batch filling up one request at a time) must not double them each time.
+    const size_t new_edits =
+        edits > b.edit_capacity ? std::max(edits, b.edit_capacity * 2) : b.edit_capacity;
     const size_t bytes = edits_offset(new_rows) + new_edits * sizeof(DeviceEdit);
     b.params_host.reset();
     b.params_device.reset();
