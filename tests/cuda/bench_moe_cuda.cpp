@@ -109,8 +109,7 @@ TEST(MoeCudaBench, Qwen35_35B_A3B) {
       auto r = layers[i].route(ctx, x);
       ASSERT_TRUE(r.has_value()) << r.status().to_string();
       // [T, k], or [T, k + 1] with the shared expert as a routed slot (MoeLayer decides).
-      Tensor w =
-          Tensor::try_empty(r->topk_weights.shape(), DType::kF32, Device::cuda()).value();
+      Tensor w = Tensor::try_empty(r->topk_weights.shape(), DType::kF32, Device::cuda()).value();
       Tensor id = Tensor::try_empty(r->topk_ids.shape(), DType::kI64, Device::cuda()).value();
       ASSERT_TRUE(ops::copy(ctx, r->topk_weights, w).is_ok());
       ASSERT_TRUE(ops::copy(ctx, r->topk_ids, id).is_ok());
@@ -138,8 +137,7 @@ TEST(MoeCudaBench, Qwen35_35B_A3B) {
                 tokens <= cuda::kMoePairMaxTokens
                     ? "auto: per-pair"
                     : (tokens <= cuda::kMoeGemvMaxTokens ? "auto: GEMV" : "auto: grouped"),
-                tokens,
-                touched,
+                tokens, touched,
                 fixed_bytes + (touched - (shared_slot ? 1.0 : 0.0)) * expert_bytes + act_bytes,
                 layer_flops, layer_us);
     }
@@ -165,9 +163,9 @@ TEST(MoeCudaBench, Qwen35_35B_A3B) {
       const bool gemv = path == cuda::MoePath::kGatherGemv;
       const char* name = path == cuda::MoePath::kPairGemv ? "per-pair GEMV"
                          : gemv                           ? "GEMV"
-                              : (tokens * k <= cuda::kMoeSmallTileMaxPairsPerExpert * e
-                                     ? "grouped, 32-row tiles"
-                                     : "grouped, 128-row tiles");
+                                : (tokens * k <= cuda::kMoeSmallTileMaxPairsPerExpert * e
+                                       ? "grouped, 32-row tiles"
+                                       : "grouped, 128-row tiles");
       print_row("moe_experts", name, tokens, touched, touched * expert_bytes + act_bytes,
                 expert_flops, us);
     }

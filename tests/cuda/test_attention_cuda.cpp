@@ -163,8 +163,8 @@ TEST_F(AttentionCuda, MatchesCpu) {
 TEST(AttentionCudaPlan, LongContextsSplit) {
   EXPECT_GT(cuda::paged_attention_workspace_size(1, 4, 256, 16384), 0u);
   EXPECT_GT(cuda::paged_attention_workspace_size(64, 4, 128, 5000), 0u);
-  EXPECT_GT(cuda::paged_attention_workspace_size(1, 4, 256, 100), 0u);  // two 64-key chunks
-  EXPECT_EQ(cuda::paged_attention_workspace_size(1, 4, 256, 63), 0u);   // too short
+  EXPECT_GT(cuda::paged_attention_workspace_size(1, 4, 256, 100), 0u);     // two 64-key chunks
+  EXPECT_EQ(cuda::paged_attention_workspace_size(1, 4, 256, 63), 0u);      // too short
   EXPECT_EQ(cuda::paged_attention_workspace_size(512, 8, 128, 8192), 0u);  // enough blocks
 }
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/runtime.h"
 #include "engine/engine_core.h"
-#include "backend/cuda/elementwise.cuh"
 #include "ops/exec_context.h"
 #include "tokenizer/tokenizer.h"
 
@@ -163,7 +163,7 @@ TEST_P(EngineCuda, PreemptionKeepsOutputs) {
     auto alone_core = make_engine(GetParam(), EngineConfig{});
     auto alone = run(*alone_core, {job});
     expect_same_up_to_margin(results[job.id], alone[job.id], GetParam() + " " + job.id,
-                                         margin_for(GetParam()));
+                             margin_for(GetParam()));
   }
 }
 
@@ -205,8 +205,7 @@ TEST_P(EngineCuda, CudaGraphsMatchEager) {
   for (const Job& job : jobs) {
     EXPECT_EQ(with_graphs[job.id].tokens.size(), static_cast<size_t>(*job.params.max_tokens));
     compared += expect_same_up_to_margin(with_graphs[job.id], without[job.id],
-                                         GetParam() + " " + job.id,
-                                         margin_for(GetParam()));
+                                         GetParam() + " " + job.id, margin_for(GetParam()));
   }
   EXPECT_GE(compared, 40) << "the margin rule left too few tokens to compare";
   std::printf("%s: %lld greedy tokens compared, %lld graph steps\n", GetParam().c_str(),
@@ -289,8 +288,7 @@ TEST(EngineCudaMemory, ModelLargerThanTheDeviceFailsAtLoad) {
   options.load_format = "dummy";
   options.max_model_len = 4096;
   // 397B parameters in BF16: about 740 GiB, more than any single GPU holds.
-  auto model =
-      load_model(fs::path(VLLM_SOURCE_DIR) / "configs" / "Qwen3.5-397B-A17B", options);
+  auto model = load_model(fs::path(VLLM_SOURCE_DIR) / "configs" / "Qwen3.5-397B-A17B", options);
   ASSERT_FALSE(model.has_value()) << "a 397B BF16 model loaded onto one device";
   const std::string message = model.status().to_string();
   std::printf("load error: %s\n", message.c_str());

@@ -32,10 +32,10 @@
 #include "backend/cpu/moe.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/moe.cuh"
-#include "ops/exec_context.h"
-#include "ops/ops.h"
 #include "cuda_device_util.h"
 #include "cuda_test_util.h"
+#include "ops/exec_context.h"
+#include "ops/ops.h"
 
 namespace vllm {
 namespace {

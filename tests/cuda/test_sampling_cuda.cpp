@@ -189,9 +189,9 @@ TEST_F(SamplingCuda, PlainRowsMatchCpu) {
     Tensor logits = random_logits(rows, vocab, rng_);
     float* data = logits.data<float>();
     for (int64_t i = 0; i < vocab; ++i) {
-      data[1 * vocab + i] = static_cast<float>(i % 4);                 // ties at the top
+      data[1 * vocab + i] = static_cast<float>(i % 4);                     // ties at the top
       data[2 * vocab + i] = i % 3 == 0 ? -INFINITY : data[2 * vocab + i];  // -inf runs
-      data[3 * vocab + i] = -INFINITY;                                 // nothing drawable
+      data[3 * vocab + i] = -INFINITY;                                     // nothing drawable
     }
     std::vector<Case> cases(static_cast<size_t>(rows));
     std::vector<double> u(static_cast<size_t>(rows), 0.0);
@@ -203,8 +203,7 @@ TEST_F(SamplingCuda, PlainRowsMatchCpu) {
       if (!p.is_greedy()) {
         std::vector<float> final_logits = cuda_test::cpu_before_top_p(
             cuda_test::cpu_edited(row_of(logits, r), cases[static_cast<size_t>(r)]), p);
-        u[static_cast<size_t>(r)] =
-            r == 3 ? 0.5 : cuda_test::u_inside(final_logits, rng_, 1e-4);
+        u[static_cast<size_t>(r)] = r == 3 ? 0.5 : cuda_test::u_inside(final_logits, rng_, 1e-4);
       }
     }
     u[5] = 0.0;  // the very first drawable token

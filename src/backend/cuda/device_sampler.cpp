@@ -175,11 +175,10 @@ Status DeviceSampler::reserve(size_t rows, size_t edits, size_t work_rows, int64
                             host_alloc(new_rows * sizeof(DeviceResult), "sampling results"));
       VLLM_ASSIGN_OR_RETURN(b.results_device,
                             device_alloc(new_rows * sizeof(DeviceResult), "sampling results"));
-      VLLM_ASSIGN_OR_RETURN(
-          b.segments,
-          device_alloc(new_rows * sampling::kSegments *
-                           (sizeof(sampling::SegmentStats) + sizeof(sampling::SegmentDraw)),
-                       "per-segment sampling state"));
+      VLLM_ASSIGN_OR_RETURN(b.segments, device_alloc(new_rows * sampling::kSegments *
+                                                         (sizeof(sampling::SegmentStats) +
+                                                          sizeof(sampling::SegmentDraw)),
+                                                     "per-segment sampling state"));
     }
     b.row_capacity = new_rows;
     b.edit_capacity = new_edits;
@@ -337,8 +336,9 @@ Status DeviceSampler::sample(const Tensor& logits, std::span<const SamplingRow> 
     d.flags = (greedy ? sampling::kRowGreedy : 0u) |
               (!greedy && row.min_p > 0.0 ? sampling::kRowMinP : 0u);
     // (The segment kernels' grid holds up to 65535 rows.)
-    const bool plain = rows.size() <= 65535 && d.work_row < 0 && (d.flags & sampling::kRowMinP) == 0 && d.top_k == 0 &&
-                       d.top_p >= 1.0 && d.num_logprobs == 0;
+    const bool plain = rows.size() <= 65535 && d.work_row < 0 &&
+                       (d.flags & sampling::kRowMinP) == 0 && d.top_k == 0 && d.top_p >= 1.0 &&
+                       d.num_logprobs == 0;
     if (plain) {
       d.flags |= sampling::kRowPlain;
       any_plain = true;

@@ -2,10 +2,10 @@
 // entries of moe.cuh. The expert products themselves are in moe_gemv.cu and moe_gemm.cu.
 //
 // moe_route: one warp per token. Lane l holds the logits of experts l, l + 32, ... (4, 8, 16
-// or 32 each, the fewest that cover E <= 1024), computes the softmax as the CPU op does (max, exp(x - max), sum, one
-// reciprocal), then picks the k largest probabilities one at a time with a warp argmax whose
-// ties go to the lower expert id; lane i keeps the i-th pick. The renormalising sum adds the
-// picks in pick order, as the CPU op does.
+// or 32 each, the fewest that cover E <= 1024) and computes the softmax as the CPU op does
+// (max, exp(x - max), sum, one reciprocal), then the warp picks the k largest probabilities
+// one at a time with an argmax whose ties go to the lower expert id; lane i keeps the i-th
+// pick. The renormalising sum adds the picks in pick order, as the CPU op does.
 //
 // moe_plan_kernel: one block of 1024 threads (one per possible expert) counts the pairs per
 // expert in shared memory, scans the padded counts into offsets and the non-empty experts into
@@ -419,8 +419,7 @@ struct PathChoice {
 
 bool pair_shapes_ok(const Dims& d, DType dtype) {
   return detail::moe_pair_smem_bytes(dtype, d.hidden) <= detail::kMoePairMaxSmemBytes &&
-         d.top_k <= detail::kMoePairMaxSlots &&
-         d.tokens * d.top_k <= kMaxGridY;
+         d.top_k <= detail::kMoePairMaxSlots && d.tokens * d.top_k <= kMaxGridY;
 }
 
 Expected<PathChoice> choose_path(std::string_view op, const Dims& d, DType dtype,
@@ -432,16 +431,16 @@ Expected<PathChoice> choose_path(std::string_view op, const Dims& d, DType dtype
     if (d.tokens <= kMoePairMaxTokens && pair_shapes_ok(d, dtype)) {
       c.path = MoePath::kPairGemv;
     } else {
-      c.path = d.tokens > kMoeGemvMaxTokens && grouped_ok ? MoePath::kGroupedGemm
-                                                          : MoePath::kGatherGemv;
+      c.path =
+          d.tokens > kMoeGemvMaxTokens && grouped_ok ? MoePath::kGroupedGemm : MoePath::kGatherGemv;
     }
   }
   if (c.path == MoePath::kPairGemv && !pair_shapes_ok(d, dtype)) {
     return make_error(ErrorCode::kUnsupported,
                       "{}: the per-pair GEMV needs hidden x {} bytes <= {}, top_k <= {} and "
                       "tokens x top_k <= {} (got hidden {}, top_k {}, {} tokens)",
-                      op, dtype_size(dtype), detail::kMoePairMaxSmemBytes,
-                      detail::kMoePairMaxSlots, kMaxGridY, d.hidden, d.top_k, d.tokens);
+                      op, dtype_size(dtype), detail::kMoePairMaxSmemBytes, detail::kMoePairMaxSlots,
+                      kMaxGridY, d.hidden, d.top_k, d.tokens);
   }
   if (c.path == MoePath::kGroupedGemm) {
     if (!grouped_ok) {

@@ -32,7 +32,7 @@ namespace {
 
 constexpr int kPairWarps = 8;
 constexpr int kPairThreads = kPairWarps * kWarpSize;
-constexpr int kGateUpUnroll = 4;  // chunks of each of the two rows a lane keeps in flight
+constexpr int kGateUpUnroll = 4;   // chunks of each of the two rows a lane keeps in flight
 constexpr int kDownRows = 8;       // output rows of a down block (each warp: all of them, one slot)
 constexpr int kDownMaxWarps = 16;  // warps of a down block: one per slot up to this many
 constexpr int kDownUnroll = 1;     // chunks of each row a lane keeps in flight
@@ -265,8 +265,8 @@ size_t moe_pair_smem_bytes(DType dtype, int64_t hidden) {
 Status launch_moe_pair_gemv(const MoeProblem& problem, const MoePairArgs& args,
                             cudaStream_t stream) {
   if (moe_pair_smem_bytes(problem.dtype, problem.hidden) > kMoePairMaxSmemBytes ||
-      args.top_k > kMoePairMaxSlots ||
-      problem.tokens > kMaxGridY || problem.tokens * args.top_k > kMaxGridY) {
+      args.top_k > kMoePairMaxSlots || problem.tokens > kMaxGridY ||
+      problem.tokens * args.top_k > kMaxGridY) {
     return make_error(ErrorCode::kInternal, "launch_moe_pair_gemv: unchecked sizes");
   }
   if (problem.dtype == DType::kF32) return launch_pair<float>(problem, args, stream);

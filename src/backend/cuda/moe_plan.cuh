@@ -60,9 +60,9 @@ Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, i
 // The per-pair path (moe_pair.cu): no grouping; gate/up per (token, slot) pair, then the
 // down product fused with the weighted combine (and the shared expert's gated add) into out.
 struct MoePairArgs {
-  const int64_t* ids = nullptr;  // [T, k]
+  const int64_t* ids = nullptr;    // [T, k]
   const float* weights = nullptr;  // [T, k]
-  const void* shared = nullptr;  // [T, H] at shared_stride, or null
+  const void* shared = nullptr;    // [T, H] at shared_stride, or null
   int64_t shared_stride = 0;
   const void* gate = nullptr;  // [T] at gate_stride: F32 (gate_f32) or the storage type
   int64_t gate_stride = 0;

@@ -404,7 +404,8 @@ __device__ __forceinline__ void segment_range(int n, int s, int& begin, int& end
 // The row's argmax value from its segments (the draw's max is that value / t).
 __device__ __forceinline__ ArgMax merged_best(const SegmentStats* seg) {
   ArgMax best{-INFINITY, 0x7fffffff};
-  for (int k = 0; k < kSegments; ++k) best = better(best, ArgMax{seg[k].best_value, seg[k].best_index});
+  for (int k = 0; k < kSegments; ++k)
+    best = better(best, ArgMax{seg[k].best_value, seg[k].best_index});
   return best;
 }
 

@@ -71,8 +71,8 @@ struct DeviceResult {
 struct SegmentStats {  // the raw logits: log-sum-exp state and argmax
   double sum;          // sum of exp(v - max)
   float max;
-  int32_t at_max;      // values equal to max
-  float best_value;    // argmax value and index (ties to the lowest id; INT_MAX: empty)
+  int32_t at_max;    // values equal to max
+  float best_value;  // argmax value and index (ties to the lowest id; INT_MAX: empty)
   int32_t best_index;
 };
 struct SegmentDraw {  // the draw's fixed-point weights over the segment
@@ -89,7 +89,7 @@ struct SampleArgs {
   const DeviceEdit* edits;
   float* work;  // [work rows, vocab], row stride work_stride
   int64_t work_stride;
-  DeviceResult* results;  // [rows]
+  DeviceResult* results;        // [rows]
   SegmentStats* segment_stats;  // [rows][kSegments]
   SegmentDraw* segment_draw;    // [rows][kSegments]
   bool any_plain;               // some row has kRowPlain: run the segment kernels
