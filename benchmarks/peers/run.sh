@@ -20,7 +20,7 @@ if [ $# -ne 1 ]; then
   exit 2
 fi
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
+out_dir="$(mkdir -p "$1" && cd "$1" && pwd)"
 BUILD="${VLLM_BUILD_DIR:-$ROOT/build}"
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 ROUNDS="${ROUNDS:-3}"
@@ -33,7 +33,7 @@ VERSION="${LLAMA_CPP_VERSION:-3.21.1}"
 log() { echo "--- $*" >&2; }
 
 # 1. llama.cpp: the prebuilt CPU libraries, and llama.h from the source bundle npm ships.
-NPM="$OUT/npm"
+NPM="$out_dir/npm"
 LIB="$NPM/linux-x64/package/bins/linux-x64"
 if [ ! -f "$LIB/libllama.v0.4.0.so" ] && [ -z "$(ls "$LIB"/libllama*.so 2>/dev/null)" ]; then
   log "fetching @node-llama-cpp/linux-x64@$VERSION and node-llama-cpp@$VERSION from npm"
@@ -50,11 +50,11 @@ if [ ! -f "$SRC/include/llama.h" ]; then
 fi
 LIBLLAMA="$(ls "$LIB"/libllama*.so | grep -v common | head -1)"
 LIBGGML="$(ls "$LIB"/libggml.*so | head -1)"
-if [ ! -x "$OUT/llama_driver" ] || [ "$ROOT/benchmarks/peers/llama_driver.cpp" -nt "$OUT/llama_driver" ] ||
-   [ "$ROOT/benchmarks/peers/workload.h" -nt "$OUT/llama_driver" ]; then
+if [ ! -x "$out_dir/llama_driver" ] || [ "$ROOT/benchmarks/peers/llama_driver.cpp" -nt "$out_dir/llama_driver" ] ||
+   [ "$ROOT/benchmarks/peers/workload.h" -nt "$out_dir/llama_driver" ]; then
   log "compiling llama_driver"
   g++ -O2 -std=c++17 -I "$ROOT/benchmarks/peers" -I "$SRC/include" -I "$SRC/ggml/include" \
-    "$ROOT/benchmarks/peers/llama_driver.cpp" -o "$OUT/llama_driver" \
+    "$ROOT/benchmarks/peers/llama_driver.cpp" -o "$out_dir/llama_driver" \
     "$LIBLLAMA" "$LIBGGML" "$LIB/libggml-base.so" -Wl,-rpath,"$LIB"
 fi
 
@@ -64,21 +64,21 @@ cmake --build "$BUILD" --target gguf_convert random_checkpoint vllm_peer_driver 
 TOOLS="$BUILD/benchmarks/peers"
 
 DEMO="$ROOT/models/qwen35-moe-demo"
-QWEN="$OUT/qwen3-0.6b-random"
+QWEN="$out_dir/qwen3-0.6b-random"
 if [[ " $CASES " == *" demo "* ]]; then
-  [ -f "$OUT/demo-bf16.gguf" ] || "$TOOLS/gguf_convert" "$DEMO" "$OUT/demo-bf16.gguf" --outtype bf16 >&2
-  [ -f "$OUT/demo-f32.gguf" ] || "$TOOLS/gguf_convert" "$DEMO" "$OUT/demo-f32.gguf" --outtype f32 >&2
+  [ -f "$out_dir/demo-bf16.gguf" ] || "$TOOLS/gguf_convert" "$DEMO" "$out_dir/demo-bf16.gguf" --outtype bf16 >&2
+  [ -f "$out_dir/demo-f32.gguf" ] || "$TOOLS/gguf_convert" "$DEMO" "$out_dir/demo-f32.gguf" --outtype f32 >&2
 fi
 if [[ " $CASES " == *" qwen "* ]]; then
   [ -f "$QWEN/model.safetensors" ] || "$TOOLS/random_checkpoint" "$ROOT/configs/Qwen3-0.6B" "$QWEN" --seed 0 >&2
-  [ -f "$OUT/qwen3-0.6b-bf16.gguf" ] || "$TOOLS/gguf_convert" "$QWEN" "$OUT/qwen3-0.6b-bf16.gguf" --outtype bf16 >&2
+  [ -f "$out_dir/qwen3-0.6b-bf16.gguf" ] || "$TOOLS/gguf_convert" "$QWEN" "$out_dir/qwen3-0.6b-bf16.gguf" --outtype bf16 >&2
 fi
 
-RESULTS="$OUT/results.txt"
+RESULTS="$out_dir/results.txt"
 : > "$RESULTS"
 # Each prints its RESULT line on stdout.
 run_llama() {  # gguf label threads seqs gen [workload flags]
-  "$OUT/llama_driver" --lib-dir "$LIB" --model "$1" --label "$2" --threads "$3" --seqs "$4" \
+  "$out_dir/llama_driver" --lib-dir "$LIB" --model "$1" --label "$2" --threads "$3" --seqs "$4" \
     --gen "$5" --prompt-len "$PROMPT_LEN" "${@:6}" | grep '^RESULT'
 }
 run_ours() {  # dir label threads seqs gen [workload flags]
@@ -100,11 +100,11 @@ log "load before timing: $(uptime)"
 for round in $(seq 1 "$ROUNDS"); do
   for threads in 1 2; do
     if [[ " $CASES " == *" demo "* ]]; then
-      pair "$round" "$OUT/demo-bf16.gguf" "$DEMO" demo-bf16 "$threads" 1 "$GEN"
-      pair "$round" "$OUT/demo-bf16.gguf" "$DEMO" demo-bf16 "$threads" 8 "$GEN"
+      pair "$round" "$out_dir/demo-bf16.gguf" "$DEMO" demo-bf16 "$threads" 1 "$GEN"
+      pair "$round" "$out_dir/demo-bf16.gguf" "$DEMO" demo-bf16 "$threads" 8 "$GEN"
     fi
     if [[ " $CASES " == *" qwen "* ]]; then
-      pair "$round" "$OUT/qwen3-0.6b-bf16.gguf" "$QWEN" qwen3-0.6b-bf16 "$threads" 1 "$QWEN_GEN"
+      pair "$round" "$out_dir/qwen3-0.6b-bf16.gguf" "$QWEN" qwen3-0.6b-bf16 "$threads" 1 "$QWEN_GEN"
     fi
   done
 done
@@ -153,7 +153,7 @@ if [[ " $CASES " == *" demo "* ]]; then
   ours="$(run_ours "$DEMO" demo 1 1 "$GEN" --prompt-ids "$ids" | sed 's/.*tokens=//')"
   status=0
   for kind in f32 bf16; do
-    theirs="$(run_llama "$OUT/demo-$kind.gguf" demo 1 1 "$GEN" --prompt-ids "$ids" |
+    theirs="$(run_llama "$out_dir/demo-$kind.gguf" demo 1 1 "$GEN" --prompt-ids "$ids" |
       sed 's/.*tokens=//')"
     if [ "$ours" = "$theirs" ]; then
       echo "greedy tokens on the demo model, llama.cpp $kind GGUF: equal ($GEN of $GEN) after the prompt $ids"

@@ -19,7 +19,7 @@ if [ $# -lt 1 ] || [ $# -gt 2 ]; then
   exit 2
 fi
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-OUT="$(mkdir -p "$1" && cd "$1" && pwd)"
+out_dir="$(mkdir -p "$1" && cd "$1" && pwd)"
 BUILD="${VLLM_BUILD_DIR:-$ROOT/build}"
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 DRIVER="${2:-$BUILD/benchmarks/peers/vllm_peer_driver}"
@@ -33,18 +33,18 @@ command -v perf >/dev/null || { echo "step_profile: perf not found (Debian: linu
 export VLLM_LOGGING_LEVEL=warning
 for round in $(seq 1 "$ROUNDS"); do
   for gen in "$SHORT" "$LONG"; do
-    data="$OUT/steps_${gen}_$round.data"
+    data="$out_dir/steps_${gen}_$round.data"
     perf record -q -e cpu-clock:u -F "$FREQ" -o "$data" "$DRIVER" --model "$ROOT/models/qwen35-moe-demo" \
       --threads 1 --gen "$gen" --prompt-len 128 >/dev/null 2>&1
     perf report -i "$data" --no-children --sort symbol -n --stdio 2>/dev/null |
-      grep -E '^ +[0-9]' >"$OUT/steps_${gen}_$round.txt"
+      grep -E '^ +[0-9]' >"$out_dir/steps_${gen}_$round.txt"
   done
 done
 
 # Per-symbol sample counts of the long runs minus the short ones, summed by category (the
 # first pattern a symbol matches), in ms per decode step.
-cat "$OUT"/steps_"$SHORT"_*.txt | sed 's/^/S /' >"$OUT/steps_all.txt"
-cat "$OUT"/steps_"$LONG"_*.txt | sed 's/^/L /' >>"$OUT/steps_all.txt"
+cat "$out_dir"/steps_"$SHORT"_*.txt | sed 's/^/S /' >"$out_dir/steps_all.txt"
+cat "$out_dir"/steps_"$LONG"_*.txt | sed 's/^/L /' >>"$out_dir/steps_all.txt"
 awk -v freq="$FREQ" -v steps=$(((LONG - SHORT) * ROUNDS)) '
   BEGIN {
     n = split("linear|attention|gdn_rule|gdn_other|moe|norm_rope|sampler|alloc|other", order, "|")
@@ -82,4 +82,4 @@ awk -v freq="$FREQ" -v steps=$(((LONG - SHORT) * ROUNDS)) '
       c = order[i]
       printf "  %-46s %8.3f\n", label[c], total[c] / freq / steps * 1e3
     }
-  }' "$OUT/steps_all.txt"
+  }' "$out_dir/steps_all.txt"
