@@ -10,7 +10,7 @@
 //
 // Include this before any CUDA kernel source: it defines the CUDA builtins the kernels use
 // (threadIdx, blockIdx, blockDim, gridDim, __syncthreads, __syncthreads_or,
-// __shfl_xor_sync, __int_as_float, __uint_as_float, min) and VLLM_CUDA_EMULATION, which
+// __shfl_xor_sync, __int_as_float, __uint_as_float, __ldg, min) and VLLM_CUDA_EMULATION, which
 // routes mma.cuh's tensor-core product to an emulation from the PTX ISA's fragment tables
 // (emulated_mma_m16n8k16_bf16, f32 sums of exact bf16 products). What it does not model: the
 // memory model between blocks (blocks are sequential), warp-synchronous code without
@@ -84,6 +84,11 @@ inline float __uint_as_float(unsigned v) {
   float f;
   std::memcpy(&f, &v, sizeof f);
   return f;
+}
+// A load through the read-only cache is a plain load here.
+template <typename T>
+inline T __ldg(const T* p) {
+  return *p;
 }
 inline int min(int a, int b) {
   return a < b ? a : b;

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string_view>
 
@@ -46,6 +47,29 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
+
+// N elements at p through the read-only cache: one 16-byte load when N * sizeof(T) == 16 (p
+// then 16-byte aligned), else element by element.
+template <typename T, int N>
+__device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
+  Pack<T, N> r;
+  if constexpr (sizeof(T) * N == 16) {
+    const int4 v = __ldg(reinterpret_cast<const int4*>(p));
+    memcpy(&r, &v, sizeof(r));
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) r.v[i] = p[i];
+  }
+  return r;
+}
+
+// acc + a . b, in f32, element by element.
+template <typename T, int N>
+__device__ __forceinline__ float dot_pack(const Pack<T, N>& a, const Pack<T, N>& b, float acc) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc = fmaf(to_float(a.v[i]), to_float(b.v[i]), acc);
+  return acc;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

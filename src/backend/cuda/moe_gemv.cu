@@ -20,7 +20,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/moe_plan.cuh"
@@ -49,26 +48,6 @@ struct GemvParams {
   int k;      // reduction length
   int top_k;
 };
-
-template <typename T, int kN>
-__device__ __forceinline__ Pack<T, kN> load_chunk(const T* p) {
-  Pack<T, kN> r;
-  if constexpr (sizeof(T) * kN == 16) {
-    const int4 v = __ldg(reinterpret_cast<const int4*>(p));
-    memcpy(&r, &v, sizeof(r));
-  } else {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) r.v[i] = p[i];
-  }
-  return r;
-}
-
-template <typename T, int kN>
-__device__ __forceinline__ float dot(const Pack<T, kN>& a, const Pack<T, kN>& b, float acc) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) acc = fmaf(to_float(a.v[i]), to_float(b.v[i]), acc);
-  return acc;
-}
 
 __device__ __forceinline__ float silu(float v) {
   return v / (1.0f + expf(-v));
@@ -121,7 +100,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gemv_kernel(GemvParams<T> p)
         const int cu = c + u * kWarpSize;
         if (cu < chunks) {
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) w[r][u] = load_chunk<T, kN>(wrow[r] + int64_t{cu} * kN);
+          for (int r = 0; r < kRows; ++r) w[r][u] = load_pack<T, kN>(wrow[r] + int64_t{cu} * kN);
         }
       }
 #pragma unroll
@@ -131,9 +110,9 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gemv_kernel(GemvParams<T> p)
         for (int u = 0; u < kUnroll; ++u) {
           const int cu = c + u * kWarpSize;
           if (cu >= chunks) continue;
-          const Pack<T, kN> xv = load_chunk<T, kN>(in[j] + int64_t{cu} * kN);
+          const Pack<T, kN> xv = load_pack<T, kN>(in[j] + int64_t{cu} * kN);
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) acc[r][j] = dot<T, kN>(w[r][u], xv, acc[r][j]);
+          for (int r = 0; r < kRows; ++r) acc[r][j] = dot_pack<T, kN>(w[r][u], xv, acc[r][j]);
         }
       }
     }

@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/moe_plan.cuh"
@@ -55,26 +54,6 @@ struct PairParams {
   int64_t out_stride;
   int hidden, inter, experts, top_k;
 };
-
-template <typename T, int kN>
-__device__ __forceinline__ Pack<T, kN> load_pack(const T* p) {
-  Pack<T, kN> r;
-  if constexpr (sizeof(T) * kN == 16) {
-    const int4 v = __ldg(reinterpret_cast<const int4*>(p));
-    memcpy(&r, &v, sizeof(r));
-  } else {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) r.v[i] = p[i];
-  }
-  return r;
-}
-
-template <typename T, int kN>
-__device__ __forceinline__ float dot_pack(const Pack<T, kN>& a, const Pack<T, kN>& b, float acc) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) acc = fmaf(to_float(a.v[i]), to_float(b.v[i]), acc);
-  return acc;
-}
 
 // Stages n elements of src into shared memory (16-byte copies when kN says so).
 template <typename T, int kN>
