@@ -62,6 +62,9 @@ class SamplingCuda : public ::testing::Test {
     return out;
   }
 
+  void expect_rows_match_cpu(const Tensor& logits, const std::vector<Case>& cases,
+                             const std::vector<double>& u);
+
   std::unique_ptr<cuda::DeviceSampler> sampler_;
   std::mt19937 rng_{20250611};
 };
@@ -159,6 +162,18 @@ Case random_case(std::span<const float> raw, std::mt19937& rng, double* u) {
   return c;
 }
 
+// Samples every row of `logits` on the device, each against the CPU's sample_row.
+void SamplingCuda::expect_rows_match_cpu(const Tensor& logits, const std::vector<Case>& cases,
+                                         const std::vector<double>& u) {
+  const std::vector<cuda::SampledToken> got = run_device(logits, cases, u);
+  ASSERT_EQ(got.size(), cases.size());
+  for (size_t r = 0; r < cases.size(); ++r) {
+    SCOPED_TRACE(fmt::format("vocab {} row {}: {} u={}", logits.size(1), r,
+                             describe(cases[r].params), u[r]));
+    expect_matches_cpu(got[r], row_of(logits, static_cast<int64_t>(r)), cases[r], u[r], true);
+  }
+}
+
 TEST_F(SamplingCuda, MatchesCpuOnRandomRows) {
   for (int64_t vocab : {151936, 50257, 1000, 7}) {
     const int64_t rows = vocab > 50000 ? 32 : 64;
@@ -168,15 +183,7 @@ TEST_F(SamplingCuda, MatchesCpuOnRandomRows) {
     for (int64_t r = 0; r < rows; ++r) {
       cases.push_back(random_case(row_of(logits, r), rng_, &u[static_cast<size_t>(r)]));
     }
-    const std::vector<cuda::SampledToken> got = run_device(logits, cases, u);
-    ASSERT_EQ(got.size(), cases.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      SCOPED_TRACE(fmt::format("vocab {} row {}: {} u={}", vocab, r,
-                               describe(cases[static_cast<size_t>(r)].params),
-                               u[static_cast<size_t>(r)]));
-      expect_matches_cpu(got[static_cast<size_t>(r)], row_of(logits, r),
-                         cases[static_cast<size_t>(r)], u[static_cast<size_t>(r)], true);
-    }
+    expect_rows_match_cpu(logits, cases, u);
   }
 }
 
@@ -207,15 +214,7 @@ TEST_F(SamplingCuda, PlainRowsMatchCpu) {
       }
     }
     u[5] = 0.0;  // the very first drawable token
-    const std::vector<cuda::SampledToken> got = run_device(logits, cases, u);
-    ASSERT_EQ(got.size(), cases.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      SCOPED_TRACE(fmt::format("vocab {} row {}: {} u={}", vocab, r,
-                               describe(cases[static_cast<size_t>(r)].params),
-                               u[static_cast<size_t>(r)]));
-      expect_matches_cpu(got[static_cast<size_t>(r)], row_of(logits, r),
-                         cases[static_cast<size_t>(r)], u[static_cast<size_t>(r)], true);
-    }
+    expect_rows_match_cpu(logits, cases, u);
   }
 }
 
