@@ -24,6 +24,8 @@ constexpr int kCombineBatch = 8;
 // that used a single chunk were finished by the small kernel.
 template <typename T, int D>
 __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(const AttentionArgs a) {
+  pdl_wait();
+  pdl_launch_next();
   extern __shared__ __align__(16) unsigned char smem[];
   auto* weight_s = reinterpret_cast<float(*)[kMaxSplits]>(smem);  // [kSmallRows][kMaxSplits]
   const int kh = blockIdx.x;

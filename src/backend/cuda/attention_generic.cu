@@ -20,8 +20,10 @@ constexpr int kPerLane = kMaxDims / kWarpSize;  // 8
 constexpr int kWarpsPerBlock = 4;
 
 template <typename T>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     attention_generic_kernel(AttentionArgs args, int head_dim, int num_requests) {
+  pdl_wait();
+  pdl_launch_next();
   const int lane = threadIdx.x % kWarpSize;
   const int t = blockIdx.x;
   const int q_heads = args.num_kv_heads * args.group;
@@ -31,7 +33,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   int lo = 0, hi = num_requests - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (args.query_start_loc[mid] <= t) lo = mid; else hi = mid - 1;
+    if (args.query_start_loc[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const int r = lo;
   const int start = args.query_start_loc[r], end = args.query_start_loc[r + 1];
@@ -40,7 +45,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
            static_cast<int64_t>(h) * head_dim;
   const int q_len = end - start;
   if (t >= end || q_len > seq_len || seq_len > args.max_blocks_per_seq << args.block_size_log2) {
-    for (int d = lane; d < head_dim; d += kWarpSize) out[d] = from_float<T>(__int_as_float(0x7fc00000));
+    for (int d = lane; d < head_dim; d += kWarpSize)
+      out[d] = from_float<T>(__int_as_float(0x7fc00000));
     return;
   }
   const int position = seq_len - q_len + (t - start);
@@ -108,8 +114,8 @@ Status launch_attention_generic(const AttentionArgs& args, int head_dim, int num
   const int q_heads = args.num_kv_heads * args.group;
   const dim3 grid(static_cast<unsigned>(args.num_tokens),
                   static_cast<unsigned>(ceil_div(q_heads, kWarpsPerBlock)));
-  attention_generic_kernel<T><<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(args, head_dim,
-                                                                                num_requests);
+  launch_pdl(attention_generic_kernel<T>, grid, kWarpsPerBlock * kWarpSize, 0, stream, args,
+             head_dim, num_requests);
   return check_launch("attention_generic_kernel");
 }
 

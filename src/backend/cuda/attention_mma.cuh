@@ -60,6 +60,8 @@ __device__ __forceinline__ uint32_t load_u32(const __nv_bfloat16* p) {
 
 template <int D>
 __global__ void __launch_bounds__(kAttnThreads, 1) mma_prefill_kernel(const AttentionArgs a) {
+  pdl_wait();
+  pdl_launch_next();
   using T = __nv_bfloat16;
   using Tile = MmaTile<D>;
   constexpr int kKeys = Tile::kKeys;

@@ -93,6 +93,8 @@ struct AttnTile {
 
 template <typename T, int D, bool kSmall>
 __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const AttentionArgs a) {
+  pdl_wait();
+  pdl_launch_next();
   using Tile = AttnTile<T, D, kSmall>;
   constexpr int kVec = Tile::kVec;
   constexpr int kRows = Tile::kRows;

@@ -20,7 +20,7 @@ Status launch_tiled(const AttentionArgs& args, dim3 grid, cudaStream_t stream, c
   auto* kernel = &tiled_attention_kernel<T, D, kSmall>;
   VLLM_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
-  kernel<<<grid, kAttnThreads, Tile::kSmemBytes, stream>>>(args);
+  launch_pdl(kernel, grid, kAttnThreads, Tile::kSmemBytes, stream, args);
   return check_launch(name);
 }
 
@@ -37,8 +37,8 @@ Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaS
       auto* kernel = &mma_prefill_kernel<D>;
       VLLM_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MmaTile<D>::kSmemBytes));
-      kernel<<<mma_grid<D>(args, num_requests), kAttnThreads, MmaTile<D>::kSmemBytes, stream>>>(
-          args);
+      launch_pdl(kernel, mma_grid<D>(args, num_requests), kAttnThreads, MmaTile<D>::kSmemBytes,
+                 stream, args);
       return check_launch("paged_attention tensor-core prefill kernel");
     }
   }
@@ -48,8 +48,8 @@ Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaS
 
 template <typename T, int D>
 Status launch_attention_combine(const AttentionArgs& args, int num_requests, cudaStream_t stream) {
-  combine_splits_kernel<T, D>
-      <<<combine_grid(args, num_requests), kCombineThreads, kCombineSmemBytes, stream>>>(args);
+  launch_pdl(combine_splits_kernel<T, D>, combine_grid(args, num_requests), kCombineThreads,
+             kCombineSmemBytes, stream, args);
   return check_launch("paged_attention split-combine kernel");
 }
 

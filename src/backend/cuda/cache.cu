@@ -16,6 +16,9 @@
 
 namespace vllm::cuda {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 using detail::Rows;
 
@@ -29,6 +32,8 @@ template <typename U>
 __global__ void reshape_and_cache_kernel(const U* key, int64_t key_stride, const U* value,
                                          int64_t value_stride, U* cache, const int64_t* slots,
                                          int64_t num_slots, int64_t block_size, int64_t row_units) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t token = blockIdx.x;
   const int64_t slot = slots[token];
   if (slot < 0 || slot >= num_slots) return;
@@ -55,9 +60,10 @@ Status launch(const Rows& key, const Rows& value, void* cache, const int64_t* sl
   const int64_t row_units = key.cols / scale;
   const int threads = static_cast<int>(std::min<int64_t>(
       kMaxThreads, detail::ceil_div(row_units, detail::kWarpSize) * detail::kWarpSize));
-  reshape_and_cache_kernel<U><<<static_cast<unsigned>(key.rows), threads, 0, stream>>>(
-      static_cast<const U*>(key.data), key.row_stride / scale, static_cast<const U*>(value.data),
-      value.row_stride / scale, static_cast<U*>(cache), slots, num_slots, block_size, row_units);
+  launch_pdl(reshape_and_cache_kernel<U>, static_cast<unsigned>(key.rows), threads, 0, stream,
+             static_cast<const U*>(key.data), key.row_stride / scale,
+             static_cast<const U*>(value.data), value.row_stride / scale, static_cast<U*>(cache),
+             slots, num_slots, block_size, row_units);
   return check_launch("reshape_and_cache_kernel");
 }
 

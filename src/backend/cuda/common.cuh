@@ -11,7 +11,9 @@
 #include <cstring>
 #include <initializer_list>
 #include <string_view>
+#include <utility>
 
+#include "backend/cuda/runtime.h"
 #include "base/status.h"
 #include "tensor/tensor.h"
 
@@ -23,9 +25,15 @@ constexpr int kMaxGridY = 65535;
 
 // ---- Device helpers ----------------------------------------------------------------------
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_float(__half v) {
+  return __half2float(v);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
@@ -48,19 +56,29 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
-// N elements at p through the read-only cache: one 16-byte load when N * sizeof(T) == 16 (p
-// then 16-byte aligned), else element by element.
-template <typename T, int N>
+// N elements at p: one 16-byte load when N * sizeof(T) == 16 (p then 16-byte aligned), else
+// element by element. load_pack reads through the coherent path, as every kernel must read
+// what an earlier kernel wrote: under programmatic dependent launch (pdl_wait below) the
+// earlier kernel may still be running when this one starts, so that data is not read-only
+// for this kernel's lifetime, which the non-coherent path requires (and ptxas may hoist such
+// loads above pdl_wait). load_weight_pack reads through the read-only cache, for data no
+// kernel writes (weights).
+template <typename T, int N, bool kReadOnly = false>
 __device__ __forceinline__ Pack<T, N> load_pack(const T* p) {
   Pack<T, N> r;
   if constexpr (sizeof(T) * N == 16) {
-    const int4 v = __ldg(reinterpret_cast<const int4*>(p));
+    const int4 v =
+        kReadOnly ? __ldg(reinterpret_cast<const int4*>(p)) : *reinterpret_cast<const int4*>(p);
     memcpy(&r, &v, sizeof(r));
   } else {
 #pragma unroll
     for (int i = 0; i < N; ++i) r.v[i] = p[i];
   }
   return r;
+}
+template <typename T, int N>
+__device__ __forceinline__ Pack<T, N> load_weight_pack(const T* p) {
+  return load_pack<T, N, true>(p);
 }
 
 // acc + a . b, in f32, element by element.
@@ -114,6 +132,29 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return v;
 }
 
+// ---- Programmatic dependent launch --------------------------------------------------------
+// A kernel queued with launch_pdl() may be scheduled while the kernel before it in the stream
+// is still running (sm_90: its blocks take the SMs the earlier kernel leaves free once every
+// earlier block has called pdl_launch_next()), so launch latency and the new kernel's first
+// loads overlap the earlier kernel's tail. The contract, for every kernel launched that way:
+// each thread calls pdl_wait() before it reads anything an earlier kernel wrote or writes
+// anything an earlier kernel reads, and before it returns (so the kernel never completes
+// before the ones it follows, and the next kernel's pdl_wait() covers them all). Before
+// pdl_wait() a kernel may only read what no kernel writes (weights). Without the launch
+// attribute (VLLM_CUDA_PDL=0, other GPUs) both calls return at once.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next kernel in the stream be scheduled (it still waits for this one in its own
+// pdl_wait()).
+__device__ __forceinline__ void pdl_launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- 16-byte accesses and asynchronous copies into shared memory -------------------------
 
 // The 16 bytes at `p` (16-byte aligned) as floats: 4 F32 or 8 BF16 values.
@@ -163,7 +204,9 @@ __device__ __forceinline__ void cp_async_wait_all() {
 #endif
 }
 
-__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // A small parameter vector (conv taps, per-head constants, norm weights) whose dtype is
 // known only at run time: F32, BF16 or F16. Kernels read such vectors a few times per
@@ -220,5 +263,28 @@ Status check_param(std::string_view op, std::string_view arg, const Tensor& t);
 inline ParamVec as_param(const Tensor& t) {
   return t.defined() ? ParamVec{t.data_ptr(), t.dtype()} : ParamVec{};
 }
+
+// ---- Launches ----------------------------------------------------------------------------
+
+#if defined(__CUDACC__) && !defined(VLLM_CUDA_EMULATION)
+// launch_pdl(kernel, grid, block, smem, stream, args...) with programmatic dependent launch allowed
+// (see pdl_wait: the kernel must follow that contract). Launch errors are left for
+// check_launch(), as with <<<>>>.
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+#endif
 
 }  // namespace vllm::cuda::detail

@@ -28,6 +28,9 @@
 
 namespace vllm::cuda {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 using detail::ceil_div;
 using detail::from_float;
@@ -77,6 +80,8 @@ template <typename Out, typename In, int kVec>
 __global__ void gather_rows_kernel(const In* src, int64_t src_stride, int64_t src_rows,
                                    const void* index, bool index64, Out* out, int64_t out_stride,
                                    int64_t rows, int64_t vecs) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= vecs) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -95,6 +100,8 @@ __global__ void gather_rows_kernel(const In* src, int64_t src_stride, int64_t sr
 template <typename T, int kVec>
 __global__ void add_kernel(T* dst, int64_t dst_stride, const T* src, int64_t src_stride,
                            int64_t rows, int64_t vecs) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= vecs) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -111,6 +118,8 @@ __global__ void add_kernel(T* dst, int64_t dst_stride, const T* src, int64_t src
 template <typename T, int kVec>
 __global__ void silu_and_mul_kernel(const T* x, int64_t x_stride, int64_t inter, T* out,
                                     int64_t out_stride, int64_t rows, int64_t vecs) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= vecs) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -129,6 +138,8 @@ template <typename T, int kVec>
 __global__ void split_q_gate_kernel(const T* q_gate, int64_t q_gate_stride, T* query,
                                     int64_t query_stride, T* gate, int64_t gate_stride,
                                     int64_t head_vecs, int64_t rows, int64_t vecs) {
+  pdl_wait();
+  pdl_launch_next();
   using P = Pack<T, kVec>;
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= vecs) return;
@@ -146,6 +157,8 @@ __global__ void split_q_gate_kernel(const T* q_gate, int64_t q_gate_stride, T* q
 template <typename T, int kVec>
 __global__ void sigmoid_gate_mul_kernel(T* x, int64_t x_stride, const T* gate, int64_t gate_stride,
                                         int64_t rows, int64_t vecs) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= vecs) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -163,6 +176,8 @@ template <typename T, int kVec>
 __global__ void add_sigmoid_gated_kernel(T* out, int64_t out_stride, const T* x, int64_t x_stride,
                                          const T* gate, int64_t gate_stride, int64_t rows,
                                          int64_t vecs) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= vecs) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -181,6 +196,8 @@ __global__ void add_sigmoid_gated_kernel(T* out, int64_t out_stride, const T* x,
 template <typename U>
 __global__ void zero_slots_kernel(U* state, int64_t slot_units, int64_t num_slots,
                                   const void* slots, bool slots64, int64_t n) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= slot_units) return;
   for (int64_t i = blockIdx.y; i < n; i += gridDim.y) {
@@ -193,6 +210,8 @@ __global__ void zero_slots_kernel(U* state, int64_t slot_units, int64_t num_slot
 // Flat kernels: grid-stride over n_vecs vectors.
 template <typename Dst, typename Src, int kVec>
 __global__ void convert_kernel(const Src* src, Dst* dst, int64_t n_vecs) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < n_vecs;
        v += step) {
@@ -204,6 +223,8 @@ __global__ void convert_kernel(const Src* src, Dst* dst, int64_t n_vecs) {
 
 template <typename T, int kVec>
 __global__ void fill_uniform_kernel(T* out, int64_t n_vecs, uint64_t seed, float low, float high) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < n_vecs;
        v += step) {
@@ -320,12 +341,12 @@ Status launch_gather(const Rows& src, const void* index, bool index64, const Row
   auto* o = static_cast<Out*>(out.data);
   if (vec) {
     const RowLaunch l = row_launch(out.rows, out.cols / kVec);
-    gather_rows_kernel<Out, In, kVec><<<l.grid, l.block, 0, stream>>>(
-        s, src.row_stride, src.rows, index, index64, o, out.row_stride, out.rows, out.cols / kVec);
+    launch_pdl(gather_rows_kernel<Out, In, kVec>, l.grid, l.block, 0, stream, s, src.row_stride,
+               src.rows, index, index64, o, out.row_stride, out.rows, out.cols / kVec);
   } else {
     const RowLaunch l = row_launch(out.rows, out.cols);
-    gather_rows_kernel<Out, In, 1><<<l.grid, l.block, 0, stream>>>(
-        s, src.row_stride, src.rows, index, index64, o, out.row_stride, out.rows, out.cols);
+    launch_pdl(gather_rows_kernel<Out, In, 1>, l.grid, l.block, 0, stream, s, src.row_stride,
+               src.rows, index, index64, o, out.row_stride, out.rows, out.cols);
   }
   return check_launch("gather_rows_kernel");
 }
@@ -413,12 +434,12 @@ Status add_inplace(Tensor& dst, const Tensor& src, cudaStream_t stream) {
                      detail::rows_aligned(s, sizeof(T), 16);
     if (vec) {
       const RowLaunch l = row_launch(d.rows, d.cols / kVec);
-      add_kernel<T, kVec><<<l.grid, l.block, 0, stream>>>(dp, d.row_stride, sp, s.row_stride,
-                                                          d.rows, d.cols / kVec);
+      launch_pdl(add_kernel<T, kVec>, l.grid, l.block, 0, stream, dp, d.row_stride, sp,
+                 s.row_stride, d.rows, d.cols / kVec);
     } else {
       const RowLaunch l = row_launch(d.rows, d.cols);
-      add_kernel<T, 1>
-          <<<l.grid, l.block, 0, stream>>>(dp, d.row_stride, sp, s.row_stride, d.rows, d.cols);
+      launch_pdl(add_kernel<T, 1>, l.grid, l.block, 0, stream, dp, d.row_stride, sp, s.row_stride,
+                 d.rows, d.cols);
     }
     return check_launch("add_kernel");
   });
@@ -448,12 +469,12 @@ Status silu_and_mul(const Tensor& x, Tensor& out, cudaStream_t stream) {
                      detail::rows_aligned(o, sizeof(T), 16);
     if (vec) {
       const RowLaunch l = row_launch(o.rows, inter / kVec);
-      silu_and_mul_kernel<T, kVec><<<l.grid, l.block, 0, stream>>>(
-          xp, xr.row_stride, inter, op, o.row_stride, o.rows, inter / kVec);
+      launch_pdl(silu_and_mul_kernel<T, kVec>, l.grid, l.block, 0, stream, xp, xr.row_stride, inter,
+                 op, o.row_stride, o.rows, inter / kVec);
     } else {
       const RowLaunch l = row_launch(o.rows, inter);
-      silu_and_mul_kernel<T, 1><<<l.grid, l.block, 0, stream>>>(xp, xr.row_stride, inter, op,
-                                                                o.row_stride, o.rows, inter);
+      launch_pdl(silu_and_mul_kernel<T, 1>, l.grid, l.block, 0, stream, xp, xr.row_stride, inter,
+                 op, o.row_stride, o.rows, inter);
     }
     return check_launch("silu_and_mul_kernel");
   });
@@ -491,13 +512,12 @@ Status split_q_gate(const Tensor& q_gate, int64_t head_dim, Tensor& query, Tenso
                      detail::rows_aligned(g, sizeof(T), 16);
     if (vec) {
       const RowLaunch l = row_launch(src.rows, width / kVec);
-      split_q_gate_kernel<T, kVec>
-          <<<l.grid, l.block, 0, stream>>>(sp, src.row_stride, qp, q.row_stride, gp, g.row_stride,
-                                           head_dim / kVec, src.rows, width / kVec);
+      launch_pdl(split_q_gate_kernel<T, kVec>, l.grid, l.block, 0, stream, sp, src.row_stride, qp,
+                 q.row_stride, gp, g.row_stride, head_dim / kVec, src.rows, width / kVec);
     } else {
       const RowLaunch l = row_launch(src.rows, width);
-      split_q_gate_kernel<T, 1><<<l.grid, l.block, 0, stream>>>(
-          sp, src.row_stride, qp, q.row_stride, gp, g.row_stride, head_dim, src.rows, width);
+      launch_pdl(split_q_gate_kernel<T, 1>, l.grid, l.block, 0, stream, sp, src.row_stride, qp,
+                 q.row_stride, gp, g.row_stride, head_dim, src.rows, width);
     }
     return check_launch("split_q_gate_kernel");
   });
@@ -521,12 +541,12 @@ Status sigmoid_gate_mul(Tensor& x, const Tensor& gate, cudaStream_t stream) {
                      detail::rows_aligned(g, sizeof(T), 16);
     if (vec) {
       const RowLaunch l = row_launch(xr.rows, xr.cols / kVec);
-      sigmoid_gate_mul_kernel<T, kVec><<<l.grid, l.block, 0, stream>>>(
-          xp, xr.row_stride, gp, g.row_stride, xr.rows, xr.cols / kVec);
+      launch_pdl(sigmoid_gate_mul_kernel<T, kVec>, l.grid, l.block, 0, stream, xp, xr.row_stride,
+                 gp, g.row_stride, xr.rows, xr.cols / kVec);
     } else {
       const RowLaunch l = row_launch(xr.rows, xr.cols);
-      sigmoid_gate_mul_kernel<T, 1>
-          <<<l.grid, l.block, 0, stream>>>(xp, xr.row_stride, gp, g.row_stride, xr.rows, xr.cols);
+      launch_pdl(sigmoid_gate_mul_kernel<T, 1>, l.grid, l.block, 0, stream, xp, xr.row_stride, gp,
+                 g.row_stride, xr.rows, xr.cols);
     }
     return check_launch("sigmoid_gate_mul_kernel");
   });
@@ -560,12 +580,12 @@ Status add_sigmoid_gated(Tensor& out, const Tensor& x, const Tensor& gate, cudaS
                      detail::rows_aligned(xr, sizeof(T), 16);
     if (vec) {
       const RowLaunch l = row_launch(o.rows, o.cols / kVec);
-      add_sigmoid_gated_kernel<T, kVec><<<l.grid, l.block, 0, stream>>>(
-          op, o.row_stride, xp, xr.row_stride, gp, gate_stride, o.rows, o.cols / kVec);
+      launch_pdl(add_sigmoid_gated_kernel<T, kVec>, l.grid, l.block, 0, stream, op, o.row_stride,
+                 xp, xr.row_stride, gp, gate_stride, o.rows, o.cols / kVec);
     } else {
       const RowLaunch l = row_launch(o.rows, o.cols);
-      add_sigmoid_gated_kernel<T, 1><<<l.grid, l.block, 0, stream>>>(
-          op, o.row_stride, xp, xr.row_stride, gp, gate_stride, o.rows, o.cols);
+      launch_pdl(add_sigmoid_gated_kernel<T, 1>, l.grid, l.block, 0, stream, op, o.row_stride, xp,
+                 xr.row_stride, gp, gate_stride, o.rows, o.cols);
     }
     return check_launch("add_sigmoid_gated_kernel");
   });
@@ -596,12 +616,13 @@ Status zero_slots(Tensor& state, const Tensor& slots, cudaStream_t stream) {
   const RowLaunch l = row_launch(n, slot_units);
   const bool slots64 = slots.dtype() == DType::kI64;
   if (wide) {
-    zero_slots_kernel<uint4><<<l.grid, l.block, 0, stream>>>(
-        static_cast<uint4*>(state.data_ptr()), slot_units, num_slots, slots.data_ptr(), slots64, n);
+    launch_pdl(zero_slots_kernel<uint4>, l.grid, l.block, 0, stream,
+               static_cast<uint4*>(state.data_ptr()), slot_units, num_slots, slots.data_ptr(),
+               slots64, n);
   } else {
-    zero_slots_kernel<uint16_t>
-        <<<l.grid, l.block, 0, stream>>>(static_cast<uint16_t*>(state.data_ptr()), slot_units,
-                                         num_slots, slots.data_ptr(), slots64, n);
+    launch_pdl(zero_slots_kernel<uint16_t>, l.grid, l.block, 0, stream,
+               static_cast<uint16_t*>(state.data_ptr()), slot_units, num_slots, slots.data_ptr(),
+               slots64, n);
   }
   return check_launch("zero_slots_kernel");
 }
@@ -643,9 +664,9 @@ Status convert(const Tensor& src, Tensor& dst, cudaStream_t stream) {
         const int64_t n_vecs = vec ? n / kVec : n;
         const unsigned blocks = flat_blocks(n_vecs, src.device());
         if (vec) {
-          convert_kernel<D, S, kVec><<<blocks, kThreads, 0, stream>>>(sp, dp, n_vecs);
+          launch_pdl(convert_kernel<D, S, kVec>, blocks, kThreads, 0, stream, sp, dp, n_vecs);
         } else {
-          convert_kernel<D, S, 1><<<blocks, kThreads, 0, stream>>>(sp, dp, n_vecs);
+          launch_pdl(convert_kernel<D, S, 1>, blocks, kThreads, 0, stream, sp, dp, n_vecs);
         }
         return check_launch("convert_kernel");
       }
@@ -674,9 +695,11 @@ Status fill_uniform(Tensor& t, float low, float high, uint64_t seed, cudaStream_
     const int64_t n_vecs = vec ? n / kVec : n;
     const unsigned blocks = flat_blocks(n_vecs, t.device());
     if (vec) {
-      fill_uniform_kernel<T, kVec><<<blocks, kThreads, 0, stream>>>(p, n_vecs, seed, low, high);
+      launch_pdl(fill_uniform_kernel<T, kVec>, blocks, kThreads, 0, stream, p, n_vecs, seed, low,
+                 high);
     } else {
-      fill_uniform_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(p, n_vecs, seed, low, high);
+      launch_pdl(fill_uniform_kernel<T, 1>, blocks, kThreads, 0, stream, p, n_vecs, seed, low,
+                 high);
     }
     return check_launch("fill_uniform_kernel");
   });

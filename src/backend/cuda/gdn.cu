@@ -20,6 +20,9 @@
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 namespace detail {
 
 Expected<GdnBatchView> check_gdn_batch(std::string_view op, const GdnBatch& batch,
@@ -144,6 +147,8 @@ struct GatingParams {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) gdn_gating_kernel(GatingParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.total;
        i += stride) {
@@ -174,6 +179,8 @@ struct GatedNormParams {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) gated_rms_norm_kernel(GatedNormParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
   const int lane = threadIdx.x % detail::kWarpSize;
   const int64_t group = static_cast<int64_t>(blockIdx.x) * (kThreads / detail::kWarpSize) +
                         threadIdx.x / detail::kWarpSize;
@@ -278,7 +285,7 @@ Status gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const T
     p.beta_stride = beta_rows.row_stride;
     p.total = tokens * heads;
     p.heads = static_cast<int>(heads);
-    gdn_gating_kernel<T><<<grid_for(p.total), kThreads, 0, stream>>>(p);
+    launch_pdl(gdn_gating_kernel<T>, grid_for(p.total), kThreads, 0, stream, p);
     return check_launch("gdn_gating_kernel");
   };
   if (a.dtype() == DType::kF32) return run(float{});
@@ -338,7 +345,7 @@ Status gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& weight, fl
     p.heads = static_cast<int>(heads);
     p.dim = static_cast<int>(dim);
     p.eps = eps;
-    gated_rms_norm_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+    launch_pdl(gated_rms_norm_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, stream, p);
     return check_launch("gated_rms_norm_kernel");
   };
   if (x.dtype() == DType::kF32) return run(float{});

@@ -37,6 +37,9 @@
 
 namespace vllm::cuda {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 using detail::from_float;
 using detail::GdnBatchView;
@@ -122,6 +125,8 @@ __device__ __forceinline__ void load_bias(const void* data, int c0, float (&bias
 
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
   using TPack = Pack<T, kVec>;
   const int64_t block = blockIdx.x;
   const int channel_block = static_cast<int>(block % p.channel_blocks);
@@ -250,7 +255,8 @@ Status launch_conv(ConvParams<T> p, int64_t num_ids, cudaStream_t stream) {
                       "chunks)",
                       blocks, p.channels, num_ids);
   }
-  causal_conv1d_kernel<T, kVec><<<static_cast<unsigned>(blocks), kConvThreads, 0, stream>>>(p);
+  launch_pdl(causal_conv1d_kernel<T, kVec>, static_cast<unsigned>(blocks), kConvThreads, 0, stream,
+             p);
   return check_launch("causal_conv1d_kernel");
 }
 

@@ -48,6 +48,9 @@
 
 namespace vllm::cuda {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 using detail::from_float;
 using detail::GdnBatchView;
@@ -93,6 +96,8 @@ struct RuleParams {
 template <typename T, int kCap>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     gated_delta_rule_kernel(RuleParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
   constexpr int kRows = kCap / kRowGroups;    // state rows per lane
   constexpr int kPerLane = kCap / kWarpSize;  // k / q elements each lane stages
   static_assert(kRows % 4 == 0 && kPerLane >= 1, "rows are read as float4");
@@ -263,8 +268,8 @@ Status launch_rule(const RuleParams<T>& p, cudaStream_t stream) {
                       "cuda::gated_delta_rule: {} requests x {} heads exceed the grid limit",
                       p.batch.num_requests, p.value_heads);
   }
-  gated_delta_rule_kernel<T, kCap>
-      <<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarpSize, 0, stream>>>(p);
+  launch_pdl(gated_delta_rule_kernel<T, kCap>, static_cast<unsigned>(blocks),
+             kWarpsPerBlock * kWarpSize, 0, stream, p);
   return check_launch("gated_delta_rule_kernel");
 }
 

@@ -4,7 +4,8 @@
 //
 // Dispatch. M <= blas.gemv_max_rows() (kGemvCrossoverRows unless a test or timing sets it)
 // runs the batched GEMV of gemv.cu, which reads each weight row once for all rows of x, and
-// so do narrow products (N <= kGemvNarrowMaxN, M <= kGemvMaxRows); the rest goes to cuBLASLt. Both take the same operands (strided x and out, bias, F32 logits).
+// so do narrow products (N <= kGemvNarrowMaxN, M <= kGemvMaxRows); the rest goes to cuBLASLt. Both
+// take the same operands (strided x and out, bias, F32 logits).
 //
 // Layout. cuBLASLt is column-major. Row-major out[M, N] = x[M, K] @ W[N, K]^T is, read
 // column-major, D[N, M] = op(A)[N, K] * B[K, M] with A = W stored K x N (lda = K, op = T),
@@ -35,6 +36,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <list>
 #include <unordered_map>
@@ -47,6 +49,9 @@
 
 namespace vllm::cuda {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 using detail::from_float;
 using detail::Rows;
@@ -72,6 +77,8 @@ Status blas_status(cublasStatus_t status, const char* call) {
 template <typename Out, typename Bias>
 __global__ void bias_kernel(Out* out, int64_t ldo, const Bias* bias, int64_t rows, int64_t cols,
                             bool accumulate) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   const float b = bias != nullptr ? to_float(bias[c]) : 0.0f;
@@ -88,11 +95,11 @@ Status launch_bias(Out* out, int64_t ldo, const void* bias, DType bias_dtype, in
   const dim3 grid(static_cast<unsigned>(detail::ceil_div(cols, kThreads)),
                   static_cast<unsigned>(std::min<int64_t>(rows, detail::kMaxGridY)));
   if (bias == nullptr || bias_dtype == DType::kF32) {
-    bias_kernel<Out, float><<<grid, kThreads, 0, stream>>>(
-        out, ldo, static_cast<const float*>(bias), rows, cols, accumulate);
+    launch_pdl(bias_kernel<Out, float>, grid, kThreads, 0, stream, out, ldo,
+               static_cast<const float*>(bias), rows, cols, accumulate);
   } else {
-    bias_kernel<Out, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(
-        out, ldo, static_cast<const __nv_bfloat16*>(bias), rows, cols, accumulate);
+    launch_pdl(bias_kernel<Out, __nv_bfloat16>, grid, kThreads, 0, stream, out, ldo,
+               static_cast<const __nv_bfloat16*>(bias), rows, cols, accumulate);
   }
   return check_launch("bias_kernel");
 }
@@ -332,6 +339,18 @@ Expected<std::unique_ptr<BlasContext>> BlasContext::create(Device device, size_t
   VLLM_RETURN_IF_ERROR(guard.status());
   auto impl = std::make_unique<Impl>();
   impl->device = device;
+  // A tuning override for measurements: VLLM_CUDA_GEMV_MAX_ROWS=M sends products of up to M
+  // rows (0 to kGemvMaxRows) to the GEMV instead of cuBLASLt.
+  if (const char* env = std::getenv("VLLM_CUDA_GEMV_MAX_ROWS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long rows = std::strtol(env, &end, 10);
+    if (*end != '\0' || rows < 0 || rows > kGemvMaxRows) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "VLLM_CUDA_GEMV_MAX_ROWS={}: expected a row count from 0 to {}", env,
+                        kGemvMaxRows);
+    }
+    impl->gemv_max_rows = rows;
+  }
   VLLM_BLAS_RETURN_IF_ERROR(cublasLtCreate(&impl->handle));
   if (workspace_bytes > 0) {
     VLLM_RETURN_IF_ERROR(cuda_status(cudaMalloc(&impl->workspace, workspace_bytes), "cudaMalloc")
@@ -423,7 +442,9 @@ Status BlasContext::set_gemv_max_rows(int64_t rows) {
   return Status::ok();
 }
 
-void BlasContext::set_gemv_narrow(bool on) { impl_->gemv_narrow = on; }
+void BlasContext::set_gemv_narrow(bool on) {
+  impl_->gemv_narrow = on;
+}
 
 int64_t BlasContext::gemv_max_rows() const {
   return impl_->gemv_max_rows;
@@ -447,8 +468,7 @@ Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Te
     return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, M, N, /*accumulate=*/false,
                     stream);
   }
-  if (M <= impl.gemv_max_rows ||
-      (impl.gemv_narrow && M <= kGemvMaxRows && N <= kGemvNarrowMaxN)) {
+  if (M <= impl.gemv_max_rows || (impl.gemv_narrow && M <= kGemvMaxRows && N <= kGemvNarrowMaxN)) {
     return detail::launch_gemv(p, stream);
   }
 

@@ -81,15 +81,10 @@ __device__ __forceinline__ uint4 load_weight16(const void* p) {
   return v;
 }
 
-// 16 bytes of x, which every block reads: through L1.
+// 16 bytes of x, which every block reads: a coherent load (an earlier kernel wrote x; see
+// pdl_wait in common.cuh), cached in L1.
 __device__ __forceinline__ uint4 load_input16(const void* p) {
-#if defined(__CUDA_ARCH__)
-  return __ldg(static_cast<const uint4*>(p));
-#else
-  uint4 v;
-  memcpy(&v, p, sizeof v);
-  return v;
-#endif
+  return *static_cast<const uint4*>(p);
 }
 
 // Elements [k0, k0 + 8) of a BF16 row as four words, zeros from k on. kVec: the 8 elements
@@ -131,6 +126,7 @@ constexpr int kMinBlocks = !kVec || kNTiles * kRowTiles < 4 ? 3 : 2;
 template <int kNTiles, int kRowTiles, bool kVec>
 __global__ void __launch_bounds__(kMaxWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTiles, kVec>))
     gemv_bf16_kernel(GemvParams p) {
+  // Weights are read before pdl_wait (their first loads overlap the previous kernel), x after.
   // The element-wise path issues 16 loads per chunk anyway: one step per iteration.
   constexpr int kSteps = kVec ? kStepLoads / kRowTiles : 1;
   constexpr int kAcc = kRowTiles * kNTiles * 4;  // accumulators per lane
@@ -173,6 +169,7 @@ __global__ void __launch_bounds__(kMaxWarps* kWarpSize, (kMinBlocks<kNTiles, kRo
   }
 
   const int steps = static_cast<int>(ceil_div(p.k, kStepK));
+  bool waited = false;
   for (int s0 = warp * kSteps; s0 < steps; s0 += warps * kSteps) {  // warp-uniform
     uint4 a[kSteps][kRowTiles][2];
     uint4 b[kSteps][kNTiles];
@@ -184,6 +181,15 @@ __global__ void __launch_bounds__(kMaxWarps* kWarpSize, (kMinBlocks<kNTiles, kRo
 #pragma unroll
         for (int h = 0; h < 2; ++h) a[u][r][h] = load_chunk8<kVec, true>(wrow[r][h], k0, p.k);
       }
+    }
+    if (!waited) {
+      pdl_wait();
+      pdl_launch_next();
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepK + 8 * t;
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
         b[u][j] = has_x[j] ? load_chunk8<kVec, false>(xrow[j], k0, p.k) : make_uint4(0, 0, 0, 0);
@@ -206,6 +212,11 @@ __global__ void __launch_bounds__(kMaxWarps* kWarpSize, (kMinBlocks<kNTiles, kRo
         }
       }
     }
+  }
+
+  if (!waited) {  // a warp with no steps (k shorter than the block's warps' share)
+    pdl_wait();
+    pdl_launch_next();
   }
 
   // partial[warp][e], e = ((r * kNTiles + j) * 4 + i) * 32 + lane.
@@ -240,6 +251,8 @@ __global__ void __launch_bounds__(kMaxWarps* kWarpSize, (kMinBlocks<kNTiles, kRo
 // kN: elements per load, 4 (16 bytes) or 1.
 template <int kN>
 __global__ void __launch_bounds__(kF32Warps* kWarpSize) gemv_f32_kernel(GemvParams p) {
+  pdl_wait();
+  pdl_launch_next();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row0 =
       (static_cast<int64_t>(blockIdx.x) * kF32Warps + threadIdx.x / kWarpSize) * kF32Rows;
@@ -331,9 +344,7 @@ Status run(Kernel kernel, const char* name, int64_t blocks, int threads, size_t 
   emu::launch(grid, static_cast<unsigned>(threads), gemv_smem, smem_bytes, [&] { kernel(p); });
   return Status::ok();
 #else
-  // clang-format off
-  kernel<<<grid, threads, smem_bytes, stream>>>(p);
-  // clang-format on
+  launch_pdl(kernel, grid, threads, smem_bytes, stream, p);
   return check_launch(name);
 #endif
 }

@@ -30,6 +30,9 @@
 
 namespace vllm::cuda {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 using detail::ceil_div;
 using detail::from_float;
@@ -64,6 +67,8 @@ struct RouteParams {
 // kPerLane: logits per lane, E <= 32 * kPerLane (the top-k scans touch only these).
 template <int kPerLane>
 __global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(RouteParams p) {
+  pdl_wait();
+  pdl_launch_next();
   constexpr int kRoutePerLane = kPerLane;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / kWarpSize;
@@ -186,6 +191,8 @@ __device__ int block_exclusive_scan(int value, int* scratch, int& total) {
 }
 
 __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const int64_t* ids, MoePlan plan) {
+  pdl_wait();
+  pdl_launch_next();
   __shared__ int counts[kPlanThreads];
   __shared__ int cursor[kPlanThreads];
   __shared__ int scan_scratch[kWarpSize];
@@ -262,6 +269,8 @@ struct CombineParams {
 
 template <typename T, int kVec>
 __global__ void moe_combine_kernel(CombineParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (v >= p.vecs) return;
   for (int64_t t = blockIdx.y; t < p.tokens; t += gridDim.y) {
@@ -304,9 +313,9 @@ Status launch_combine(const CombineParams<T>& base, bool vec, cudaStream_t strea
   const dim3 grid(static_cast<unsigned>(ceil_div(p.vecs, threads)),
                   static_cast<unsigned>(std::min<int64_t>(p.tokens, kMaxGridY)));
   if (vec) {
-    moe_combine_kernel<T, kVec><<<grid, static_cast<unsigned>(threads), 0, stream>>>(p);
+    launch_pdl(moe_combine_kernel<T, kVec>, grid, static_cast<unsigned>(threads), 0, stream, p);
   } else {
-    moe_combine_kernel<T, 1><<<grid, static_cast<unsigned>(threads), 0, stream>>>(p);
+    launch_pdl(moe_combine_kernel<T, 1>, grid, static_cast<unsigned>(threads), 0, stream, p);
   }
   return check_launch("moe_combine_kernel");
 }
@@ -545,13 +554,13 @@ Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, T
   const dim3 grid(static_cast<unsigned>(blocks));
   const unsigned threads = kRouteWarps * kWarpSize;
   if (experts <= 4 * kWarpSize) {
-    moe_route_kernel<4><<<grid, threads, 0, stream>>>(p);
+    launch_pdl(moe_route_kernel<4>, grid, threads, 0, stream, p);
   } else if (experts <= 8 * kWarpSize) {
-    moe_route_kernel<8><<<grid, threads, 0, stream>>>(p);
+    launch_pdl(moe_route_kernel<8>, grid, threads, 0, stream, p);
   } else if (experts <= 16 * kWarpSize) {
-    moe_route_kernel<16><<<grid, threads, 0, stream>>>(p);
+    launch_pdl(moe_route_kernel<16>, grid, threads, 0, stream, p);
   } else {
-    moe_route_kernel<kRouteMaxPerLane><<<grid, threads, 0, stream>>>(p);
+    launch_pdl(moe_route_kernel<kRouteMaxPerLane>, grid, threads, 0, stream, p);
   }
   return check_launch("moe_route_kernel");
 }
@@ -656,8 +665,8 @@ Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& to
     pa.top_k = static_cast<int>(d.top_k);
     return detail::launch_moe_pair_gemv(problem, pa, stream);
   }
-  moe_plan_kernel<<<1, kPlanThreads, 0, stream>>>(static_cast<const int64_t*>(topk_ids.data_ptr()),
-                                                  plan);
+  launch_pdl(moe_plan_kernel, 1, kPlanThreads, 0, stream,
+             static_cast<const int64_t*>(topk_ids.data_ptr()), plan);
   VLLM_RETURN_IF_ERROR(check_launch("moe_plan_kernel"));
   if (choice.path == MoePath::kGroupedGemm) {
     VLLM_RETURN_IF_ERROR(detail::launch_moe_grouped_gemm(problem, plan, choice.tile_rows, stream));

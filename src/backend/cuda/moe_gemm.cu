@@ -94,6 +94,8 @@ __device__ __forceinline__ float silu(float v) {
 
 template <int kTileRows, bool kGateUp>
 __global__ void __launch_bounds__(kThreads) moe_grouped_gemm_kernel(GemmParams p) {
+  pdl_wait();
+  pdl_launch_next();
   using S = Smem<kTileRows>;
   constexpr int kWarpRows = kTileRows / 2;  // rows per warp
   constexpr int kFragRows = kWarpRows / 16;
@@ -245,7 +247,7 @@ Status launch(const GemmParams& p, int64_t tiles, cudaStream_t stream) {
   VLLM_RETURN_IF_ERROR(opt_in[device]);
   constexpr int kOutCols = kGateUp ? kBN / 2 : kBN;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kOutCols)), static_cast<unsigned>(tiles));
-  kernel<<<grid, kThreads, kSmem, stream>>>(p);
+  launch_pdl(kernel, grid, kThreads, kSmem, stream, p);
   return check_launch(kGateUp ? "moe_grouped_gemm_kernel (gate/up)"
                               : "moe_grouped_gemm_kernel (down)");
 }

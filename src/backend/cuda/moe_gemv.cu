@@ -57,6 +57,8 @@ __device__ __forceinline__ float silu(float v) {
 // row loaded ahead; kGateUp: the gate/up product with the SiLU product as output.
 template <typename T, int kN, int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(kGemvThreads) moe_gemv_kernel(GemvParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
   static_assert(!kGateUp || kRows == 2, "gate/up warps own one gate and one up row");
   if (static_cast<int>(blockIdx.y) >= *p.num_active) return;
   const int e = p.active[blockIdx.y];
@@ -100,7 +102,8 @@ __global__ void __launch_bounds__(kGemvThreads) moe_gemv_kernel(GemvParams<T> p)
         const int cu = c + u * kWarpSize;
         if (cu < chunks) {
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) w[r][u] = load_pack<T, kN>(wrow[r] + int64_t{cu} * kN);
+          for (int r = 0; r < kRows; ++r)
+            w[r][u] = load_weight_pack<T, kN>(wrow[r] + int64_t{cu} * kN);
         }
       }
 #pragma unroll
@@ -142,7 +145,7 @@ Status launch(const GemvParams<T>& p, int max_active, cudaStream_t stream) {
   const int64_t units = kGateUp ? p.n_out : ceil_div(p.n_out, kRows);
   const dim3 grid(static_cast<unsigned>(ceil_div(units, kGemvWarps)),
                   static_cast<unsigned>(max_active));
-  moe_gemv_kernel<T, kN, kRows, kUnroll, kGateUp><<<grid, kGemvThreads, 0, stream>>>(p);
+  launch_pdl(moe_gemv_kernel<T, kN, kRows, kUnroll, kGateUp>, grid, kGemvThreads, 0, stream, p);
   return check_launch(kGateUp ? "moe_gemv_kernel (gate/up)" : "moe_gemv_kernel (down)");
 }
 

@@ -69,6 +69,8 @@ __device__ __forceinline__ void stage(T* dst, const T* src, int n) {
 
 template <typename T, int kN>
 __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_kernel(PairParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
   extern __shared__ __align__(16) unsigned char smem[];
   T* x = reinterpret_cast<T*>(smem);  // [H]: the pair's token row
   const int pair = blockIdx.y;
@@ -86,8 +88,8 @@ __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_kernel(PairP
     for (int i = 0; i < kGateUpUnroll; ++i) {
       const int ci = c + i * kWarpSize;
       if (ci < chunks) {
-        wg[i] = load_pack<T, kN>(gate_row + int64_t{ci} * kN);
-        wu[i] = load_pack<T, kN>(up_row + int64_t{ci} * kN);
+        wg[i] = load_weight_pack<T, kN>(gate_row + int64_t{ci} * kN);
+        wu[i] = load_weight_pack<T, kN>(up_row + int64_t{ci} * kN);
       }
     }
   };
@@ -120,6 +122,8 @@ __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_kernel(PairP
 // Block: one warp per slot (slots past kDownMaxWarps wrap around), kDownRows output rows.
 template <typename T, int kN>
 __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize) moe_pair_down_kernel(PairParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
   __shared__ float y_s[kMoePairMaxSlots][kDownRows];  // expert outputs, rounded to T
   const int t = blockIdx.y;
   const int h0 = blockIdx.x * kDownRows;
@@ -150,7 +154,7 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize) moe_pair_down_kernel
           if (ci < chunks) {
 #pragma unroll
             for (int r = 0; r < kDownRows; ++r) {
-              w[r][i] = load_pack<T, kN>(rows[r] + int64_t{ci} * kN);
+              w[r][i] = load_weight_pack<T, kN>(rows[r] + int64_t{ci} * kN);
             }
             a[i] = load_pack<T, kN>(act + int64_t{ci} * kN);
           }
@@ -217,9 +221,9 @@ Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stre
                       (pr.tokens == 1 || (pr.ldx * sizeof(T)) % 16 == 0);
   const size_t x_smem = static_cast<size_t>(pr.hidden) * sizeof(T);
   if (vec_gu) {
-    moe_pair_gate_up_kernel<T, kN><<<gu_grid, kPairThreads, x_smem, stream>>>(p);
+    launch_pdl(moe_pair_gate_up_kernel<T, kN>, gu_grid, kPairThreads, x_smem, stream, p);
   } else {
-    moe_pair_gate_up_kernel<T, 1><<<gu_grid, kPairThreads, x_smem, stream>>>(p);
+    launch_pdl(moe_pair_gate_up_kernel<T, 1>, gu_grid, kPairThreads, x_smem, stream, p);
   }
   VLLM_RETURN_IF_ERROR(check_launch("moe_pair_gate_up_kernel"));
 
@@ -228,9 +232,9 @@ Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stre
   const unsigned dn_threads = static_cast<unsigned>(std::min(a.top_k, kDownMaxWarps) * kWarpSize);
   const bool vec_dn = pr.inter % kN == 0 && is_aligned(pr.down, 16) && is_aligned(pr.act, 16);
   if (vec_dn) {
-    moe_pair_down_kernel<T, kN><<<dn_grid, dn_threads, 0, stream>>>(p);
+    launch_pdl(moe_pair_down_kernel<T, kN>, dn_grid, dn_threads, 0, stream, p);
   } else {
-    moe_pair_down_kernel<T, 1><<<dn_grid, dn_threads, 0, stream>>>(p);
+    launch_pdl(moe_pair_down_kernel<T, 1>, dn_grid, dn_threads, 0, stream, p);
   }
   return check_launch("moe_pair_down_kernel");
 }

@@ -15,11 +15,15 @@
 #include <string_view>
 #include <type_traits>
 
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 constexpr int kWarpSize = 32;
 constexpr int kMaxThreads = 1024;
@@ -109,6 +113,8 @@ __device__ float block_sum(float v) {
 template <typename T, typename W, typename R, int kVec, int kCache, bool kFused>
 __global__ void __launch_bounds__(kCache > 0 ? kMaxCachedThreads : kMaxThreads)
     rms_norm_kernel(NormParams<T, W, R> p) {
+  pdl_wait();
+  pdl_launch_next();
   using TPack = Pack<T, kVec>;
   using WPack = Pack<W, kVec>;
   // The value normalised: x itself, or the residual sum in the residual's type.
@@ -215,8 +221,8 @@ Status launch_rms_norm(const NormParams<T, W, R>& p, int64_t rows, int num_sms,
                     p.x_stride % kVec == 0 && p.out_stride % kVec == 0 &&
                     aligned(p.weight, sizeof(W) * kVec);
   if (kFused) {
-    vectorised = vectorised && aligned(p.residual, sizeof(R) * kVec) &&
-                 p.residual_stride % kVec == 0;
+    vectorised =
+        vectorised && aligned(p.residual, sizeof(R) * kVec) && p.residual_stride % kVec == 0;
   }
   const dim3 grid(static_cast<unsigned>(rows));
 
@@ -231,13 +237,13 @@ Status launch_rms_norm(const NormParams<T, W, R>& p, int64_t rows, int num_sms,
       threads = std::max(threads, round_up_to_warp(std::min(num_vecs, 256)));
     }
     if (threads <= kMaxCachedThreads) {
-      rms_norm_kernel<T, W, R, kVec, kCacheVecs, kFused><<<grid, threads, 0, stream>>>(p);
+      launch_pdl(rms_norm_kernel<T, W, R, kVec, kCacheVecs, kFused>, grid, threads, 0, stream, p);
     } else {
-      rms_norm_kernel<T, W, R, kVec, 0, kFused><<<grid, kMaxThreads, 0, stream>>>(p);
+      launch_pdl(rms_norm_kernel<T, W, R, kVec, 0, kFused>, grid, kMaxThreads, 0, stream, p);
     }
   } else {
     const int threads = std::min(kMaxThreads, round_up_to_warp(p.hidden));
-    rms_norm_kernel<T, W, R, 1, 0, kFused><<<grid, threads, 0, stream>>>(p);
+    launch_pdl(rms_norm_kernel<T, W, R, 1, 0, kFused>, grid, threads, 0, stream, p);
   }
   return check_launch(kFused ? "fused_add_rms_norm_kernel" : "rms_norm_kernel");
 }
@@ -302,9 +308,8 @@ Status check_norm_args(const Tensor& x, const Tensor& weight, const Tensor& othe
   const bool f32_residual = std::string_view(other_name) == "residual" &&
                             x.dtype() == DType::kBF16 && other.dtype() == DType::kF32;
   if (other.dtype() != x.dtype() && !f32_residual) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "cuda::{}: {} {} must have x's dtype {}{}", op, other_name,
-                      other.to_string(), dtype_name(x.dtype()),
+    return make_error(ErrorCode::kInvalidArgument, "cuda::{}: {} {} must have x's dtype {}{}", op,
+                      other_name, other.to_string(), dtype_name(x.dtype()),
                       std::string_view(other_name) == "residual" ? " (or F32)" : "");
   }
   if (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16 &&
@@ -391,8 +396,7 @@ Status dispatch(const Tensor& x, const Tensor& weight, Tensor& out, Tensor* resi
                                                          stream);
   }
   return dispatch_weight<__nv_bfloat16, __nv_bfloat16, kFused>(
-      x, weight, out, residual, x_rows, out_rows, residual_rows, eps, unit_offset, num_sms,
-      stream);
+      x, weight, out, residual, x_rows, out_rows, residual_rows, eps, unit_offset, num_sms, stream);
 }
 
 }  // namespace

@@ -32,6 +32,9 @@
 
 namespace vllm::cuda {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 using detail::from_float;
 using detail::kWarpSize;
@@ -108,6 +111,8 @@ __device__ __forceinline__ float load_weight(const void* w, WeightType type, int
 // T: activation type. kVec: elements per load in pass 1 (1 = element-wise).
 template <typename T, int kVec>
 __global__ void rotary_embedding_kernel(RopeArgs a) {
+  pdl_wait();
+  pdl_launch_next();
   extern __shared__ float4 smem_raw[];  // float4: 16-byte aligned base
   float* smem = reinterpret_cast<float*>(smem_raw);
   const SmemLayout layout = smem_layout(a.rot_dim, a.head_size);
@@ -210,9 +215,9 @@ Status launch_rope(const RopeArgs& a, int64_t tokens, bool vectorised, cudaStrea
       static_cast<size_t>(smem_layout(a.rot_dim, a.head_size).total) * sizeof(float);
   constexpr int kVec = 16 / sizeof(T);
   if (vectorised) {
-    rotary_embedding_kernel<T, kVec><<<grid, kThreads, smem, stream>>>(a);
+    launch_pdl(rotary_embedding_kernel<T, kVec>, grid, kThreads, smem, stream, a);
   } else {
-    rotary_embedding_kernel<T, 1><<<grid, kThreads, smem, stream>>>(a);
+    launch_pdl(rotary_embedding_kernel<T, 1>, grid, kThreads, smem, stream, a);
   }
   return check_launch("rotary_embedding_kernel");
 }

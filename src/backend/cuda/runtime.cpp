@@ -6,7 +6,9 @@
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 #include "base/logging.h"
 
@@ -68,6 +70,14 @@ Status check_launch(const char* kernel_name) {
   cudaError_t error = cudaGetLastError();
   if (error == cudaSuccess) return Status::ok();
   return cuda_status(error, "kernel launch").with_context(kernel_name);
+}
+
+bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("VLLM_CUDA_PDL");
+    return value == nullptr || std::string_view(value) != "0";
+  }();
+  return enabled;
 }
 
 int device_count() {

@@ -28,6 +28,10 @@ Status cuda_status(cudaError_t error, const char* call);
 // as a Status naming the kernel.
 Status check_launch(const char* kernel_name);
 
+// Whether kernels are launched with programmatic dependent launch (common.cuh launch_pdl):
+// on unless the environment sets VLLM_CUDA_PDL=0 (read once).
+bool pdl_enabled();
+
 // ---- Setup ----------------------------------------------------------------------------
 // Checks that at least one CUDA device is usable and registers the device allocator for
 // DeviceType::kCUDA. Safe to call again (later calls return the first call's result).

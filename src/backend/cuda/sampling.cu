@@ -22,12 +22,16 @@
 // else runs on the GPU.
 #include <cstdint>
 
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/sampling_layout.h"
 #include "backend/cuda/sampling_select.cuh"
 
 namespace vllm::cuda::sampling {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 constexpr int kScanTail = 32 * 32;  // the draw's last range, scanned by one warp
 
@@ -411,6 +415,8 @@ __device__ __forceinline__ ArgMax merged_best(const SegmentStats* seg) {
 
 // Pass 1 (grid kSegments x rows): raw log-sum-exp state and argmax of each segment.
 __global__ void __launch_bounds__(kThreads) segment_stats_kernel(const SampleArgs args) {
+  pdl_wait();
+  pdl_launch_next();
   __shared__ KernelShared ks;
   const int s = static_cast<int>(blockIdx.x), r = static_cast<int>(blockIdx.y);
   if ((args.rows[r].flags & kRowPlain) == 0) return;  // the whole block
@@ -434,6 +440,8 @@ __global__ void __launch_bounds__(kThreads) segment_stats_kernel(const SampleArg
 // Pass 2 (grid kSegments x rows, non-greedy plain rows): each segment's fixed-point weight
 // total, kept count and last drawable id.
 __global__ void __launch_bounds__(kThreads) segment_draw_kernel(const SampleArgs args) {
+  pdl_wait();
+  pdl_launch_next();
   __shared__ KernelShared ks;
   const int s = static_cast<int>(blockIdx.x), r = static_cast<int>(blockIdx.y);
   const DeviceRow row = args.rows[r];
@@ -463,6 +471,8 @@ __global__ void __launch_bounds__(kThreads) segment_draw_kernel(const SampleArgs
 // Pass 3 (grid kSegments x rows, non-greedy plain rows, after sample_rows_kernel): the rank of
 // the chosen token, raw logits >= its own, added up by integer atomics (exact in any order).
 __global__ void __launch_bounds__(kThreads) segment_rank_kernel(const SampleArgs args) {
+  pdl_wait();
+  pdl_launch_next();
   __shared__ KernelShared ks;
   const int s = static_cast<int>(blockIdx.x), r = static_cast<int>(blockIdx.y);
   const DeviceRow row = args.rows[r];
@@ -547,6 +557,8 @@ __device__ __noinline__ void sample_plain_row(KernelShared& ks, const SampleArgs
 }
 
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const SampleArgs args) {
+  pdl_wait();
+  pdl_launch_next();
   __shared__ KernelShared ks;
   SelectShared& s = ks.select;
   const int tid = static_cast<int>(threadIdx.x);
@@ -672,15 +684,15 @@ Status launch_sample_rows(const SampleArgs& args, int32_t num_rows, cudaStream_t
   if (num_rows <= 0) return Status::ok();
   const dim3 segments(kSegments, static_cast<unsigned int>(num_rows));
   if (args.any_plain) {
-    segment_stats_kernel<<<segments, kThreads, 0, stream>>>(args);
+    launch_pdl(segment_stats_kernel, segments, kThreads, 0, stream, args);
     VLLM_RETURN_IF_ERROR(check_launch("segment_stats_kernel"));
-    segment_draw_kernel<<<segments, kThreads, 0, stream>>>(args);
+    launch_pdl(segment_draw_kernel, segments, kThreads, 0, stream, args);
     VLLM_RETURN_IF_ERROR(check_launch("segment_draw_kernel"));
   }
-  sample_rows_kernel<<<static_cast<unsigned int>(num_rows), kThreads, 0, stream>>>(args);
+  launch_pdl(sample_rows_kernel, static_cast<unsigned int>(num_rows), kThreads, 0, stream, args);
   VLLM_RETURN_IF_ERROR(check_launch("sample_rows_kernel"));
   if (args.any_plain) {
-    segment_rank_kernel<<<segments, kThreads, 0, stream>>>(args);
+    launch_pdl(segment_rank_kernel, segments, kThreads, 0, stream, args);
     VLLM_RETURN_IF_ERROR(check_launch("segment_rank_kernel"));
   }
   return Status::ok();

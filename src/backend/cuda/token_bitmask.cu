@@ -11,6 +11,9 @@
 
 namespace vllm::cuda {
 namespace {
+using detail::launch_pdl;
+using detail::pdl_launch_next;
+using detail::pdl_wait;
 
 constexpr const char* kOp = "cuda::TokenBitmaskApplier::apply";
 constexpr int kThreads = 256;  // one token per thread; a warp reads one mask word
@@ -20,6 +23,8 @@ constexpr int kThreads = 256;  // one token per thread; a warp reads one mask wo
 __global__ void apply_token_bitmask_kernel(float* logits, int64_t row_stride, int32_t vocab,
                                            const int32_t* rows, const uint32_t* masks,
                                            int32_t words_per_row, int32_t num_rows) {
+  pdl_wait();
+  pdl_launch_next();
   const int64_t token = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (token >= vocab) return;
   const auto word = static_cast<int32_t>(token >> 5);
@@ -43,8 +48,8 @@ Status launch_apply_token_bitmask(float* logits, int64_t row_stride, int32_t voc
   if (num_rows <= 0 || vocab <= 0) return Status::ok();
   const dim3 grid(static_cast<unsigned>((vocab + kThreads - 1) / kThreads),
                   static_cast<unsigned>(std::min(num_rows, detail::kMaxGridY)));
-  apply_token_bitmask_kernel<<<grid, kThreads, 0, stream>>>(logits, row_stride, vocab, rows, masks,
-                                                            words_per_row, num_rows);
+  launch_pdl(apply_token_bitmask_kernel, grid, kThreads, 0, stream, logits, row_stride, vocab, rows,
+             masks, words_per_row, num_rows);
   return check_launch("apply_token_bitmask_kernel");
 }
 
