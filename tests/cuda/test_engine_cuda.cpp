@@ -4,8 +4,9 @@
 // below 0.05, 0.25 for the hybrids (BF16 rounding may flip a near-tie) -- and every KV block
 // and GDN state slot is
 // free at the end. Seeded sampling is reproducible whatever the batch. Decode steps replayed
-// from CUDA graphs give the eager steps' tokens. The demo model's greedy continuation on CUDA
-// follows the CPU's. Skipped without a GPU.
+// from CUDA graphs give the eager steps' tokens. Prefix caching on the hybrids (GDN state
+// snapshots) gives the uncached run's tokens, with hits where the CPU tests have them. The
+// demo model's greedy continuation on CUDA follows the CPU's. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -57,6 +58,7 @@ struct Result {
   std::vector<int32_t> tokens;
   std::vector<float> margins;  // top-1 minus top-2 logprob per generated token
   RequestStatus status = RequestStatus::kRunning;
+  int64_t num_cached_tokens = -1;
 };
 
 std::map<std::string, Result> run(EngineCore& core, const std::vector<Job>& jobs) {
@@ -77,11 +79,13 @@ std::map<std::string, Result> run(EngineCore& core, const std::vector<Job>& jobs
                                                         : 1e9f);
       }
       if (o.finished()) r.status = o.status;
+      r.num_cached_tokens = o.num_cached_tokens;
     }
   }
   const EngineStats stats = core.stats();
   EXPECT_EQ(stats.num_free_blocks, stats.num_usable_blocks) << "blocks leaked";
   EXPECT_EQ(stats.num_free_state_slots, stats.num_state_slots) << "state slots leaked";
+  EXPECT_EQ(stats.num_reserved_state_snapshots, 0) << "a state snapshot left half written";
   EXPECT_EQ(stats.num_running + stats.num_waiting, 0u);
   return results;
 }
@@ -216,6 +220,96 @@ TEST_P(EngineCuda, CudaGraphsMatchEager) {
 INSTANTIATE_TEST_SUITE_P(Golden, EngineCuda,
                          ::testing::Values("llama", "qwen3", "qwen3_5_dense", "qwen3_5_moe",
                                            "qwen3_next"));
+
+// Prefix caching on the hybrids (GDN state snapshots, as tests/unit/test_engine_hybrid_prefix
+// runs on the CPU): shared-prefix waves and multi-turn replays give the uncached engine's
+// greedy tokens up to the margin rule -- a hit runs the rest of the prompt in other chunk
+// shapes, so BF16 may part at a near-tie -- with the hits the CPU tests see, and a reset of
+// the prefix cache leaves no snapshot behind.
+class HybridPrefixCacheCuda : public EngineCuda {};
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int64_t vocab) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<int32_t>(rng() % vocab));
+  return out;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+Job greedy_job(std::string id, std::vector<int32_t> prompt, int max_tokens) {
+  Job job;
+  job.id = std::move(id);
+  job.prompt = std::move(prompt);
+  job.params.temperature = 0.0;
+  job.params.max_tokens = max_tokens;
+  job.params.ignore_eos = true;
+  job.params.logprobs = 2;
+  return job;
+}
+
+TEST_P(HybridPrefixCacheCuda, SharedPrefixAndMultiTurnMatchUncached) {
+  EngineConfig config;
+  config.block_size = 8;
+  config.kv_cache_memory_bytes = 64 << 20;  // as the CPU tests: no snapshot evicted here
+  auto core = make_engine(GetParam(), config);
+  EngineConfig off = config;
+  off.enable_prefix_caching = false;
+  auto plain = make_engine(GetParam(), off);
+  ASSERT_TRUE(core && plain);
+  const int64_t vocab = core->model_config().vocab_size;
+  const float margin = margin_for(GetParam());
+  std::mt19937 rng(7);
+  int64_t compared = 0;
+
+  // Wave 0 caches the prefix's KV blocks; wave 1 finds no state there and snapshots it at the
+  // junction (32 tokens: 4 blocks); wave 2 resumes from that snapshot, mid-prompt.
+  const std::vector<int32_t> shared = random_tokens(rng, 37, vocab);
+  for (int w = 0; w < 3; ++w) {
+    std::vector<Job> wave;
+    for (int i = 0; i < (w == 0 ? 1 : 5); ++i) {
+      wave.push_back(greedy_job("w" + std::to_string(w) + "-" + std::to_string(i),
+                                concat(shared, random_tokens(rng, 3 + 2 * i, vocab)), 8));
+    }
+    auto cached = run(*core, wave);
+    auto reference = run(*plain, wave);
+    for (const Job& job : wave) {
+      EXPECT_EQ(cached[job.id].num_cached_tokens, w == 2 ? 32 : 0) << job.id;
+      compared += expect_same_up_to_margin(cached[job.id], reference[job.id],
+                                           GetParam() + " " + job.id, margin);
+    }
+  }
+  EXPECT_EQ(core->stats().prefix_cache_hits, 5 * 32);
+
+  // A conversation resent each turn with its replies: from turn 1 on, the prompt resumes at
+  // the last block boundary of what the previous turn computed.
+  std::vector<int32_t> history = concat(shared, random_tokens(rng, 6, vocab));
+  int64_t expected_cached = -1;
+  for (int turn = 0; turn < 3; ++turn) {
+    const Job job = greedy_job("turn-" + std::to_string(turn), history, 7);
+    auto cached = run(*core, {job});
+    auto reference = run(*plain, {job});
+    if (expected_cached >= 0) {
+      EXPECT_EQ(cached[job.id].num_cached_tokens, expected_cached) << job.id;
+    }
+    EXPECT_GT(cached[job.id].num_cached_tokens, 0) << job.id;  // the shared prefix at least
+    compared += expect_same_up_to_margin(cached[job.id], reference[job.id],
+                                         GetParam() + " " + job.id, margin);
+    history = concat(history, cached[job.id].tokens);
+    expected_cached = (static_cast<int64_t>(history.size()) - 1) / 8 * 8;
+    history = concat(history, random_tokens(rng, 4 + turn, vocab));
+  }
+  EXPECT_GE(compared, 20) << "the margin rule left too few tokens to compare";
+  EXPECT_TRUE(core->reset_prefix_cache());
+  EXPECT_EQ(core->stats().num_state_snapshots, 0);
+  std::printf("%s: %lld greedy tokens compared with prefix caching on and off\n",
+              GetParam().c_str(), static_cast<long long>(compared));
+}
+
+INSTANTIATE_TEST_SUITE_P(Hybrids, HybridPrefixCacheCuda,
+                         ::testing::Values("qwen3_5_dense", "qwen3_5_moe", "qwen3_next"));
 
 // The demo model's greedy continuation of the README prompt on CUDA (BF16) equals the CPU's
 // (F32, the reference) up to the first step where the CPU run's top-2 margin is below 0.05.
