@@ -49,6 +49,7 @@ Expected<LoadedEngine> build_engine(const EngineArgs& args) {
   LoadOptions load;
   load.max_model_len = args.max_model_len;
   load.load_format = args.load_format;
+  load.quantization = args.quantization;
   VLLM_ASSIGN_OR_RETURN(auto placement, resolve_device(args.device, args.dtype));
   load.device = placement.first;
   load.dtype = placement.second;

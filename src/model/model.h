@@ -24,9 +24,9 @@ struct CacheConfig {
 };
 
 // Everything a model keeps between steps, on the model's device: per attention layer a KV
-// cache [num_blocks, 2, block_size, kv_heads, head_dim] in Model::kv_cache_dtype(); hybrid models (Qwen3.5 / Qwen3-Next) keep
-// it for their full-attention layers only, in layer order, and per linear-attention (GDN)
-// layer, in layer order, a conv and a recurrent state per state slot:
+// cache [num_blocks, 2, block_size, kv_heads, head_dim] in Model::kv_cache_dtype(); hybrid models
+// (Qwen3.5 / Qwen3-Next) keep it for their full-attention layers only, in layer order, and per
+// linear-attention (GDN) layer, in layer order, a conv and a recurrent state per state slot:
 //   conv_state F32 [num_state_slots, conv_dim, conv_kernel - 1] (the last inputs, oldest first)
 //   ssm_state  F32 [num_state_slots, value_heads, key_head_dim, value_head_dim]
 // A request's slot is ForwardBatch::state_indices[r]; see forward_batch.h for when it is reset.
@@ -42,6 +42,9 @@ struct LoadOptions {
   // vLLM's --load-format: "auto" / "safetensors" read the checkpoint; "dummy" makes up
   // random weights of the config's real shapes (config.json is all the folder needs).
   std::string load_format = "auto";
+  // vLLM's --quantization: "" (weights as the checkpoint stores them, FP8 ones included) or
+  // "fp8" (a float checkpoint's linear weights quantized at load to 128x128-block FP8; CPU).
+  std::string quantization;
   // Where the model runs. CPU: F32 activations (the reference). CUDA: activations (and the
   // KV cache) in `dtype` -- kBF16 by default, or kF32.
   Device device = Device::cpu();

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "ops/exec_context.h"
+#include "tensor/linear_weight.h"
 #include "tensor/tensor.h"
 
 namespace vllm::ops {
@@ -45,9 +46,10 @@ Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual,
                           const Tensor& weight, float eps, bool unit_offset);
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src);
 Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out);
-// out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits).
-Status linear(const ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
-              Tensor& out);
+// out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits). Block-scaled FP8
+// weights (tensor/linear_weight.h) run on the CPU only so far (kUnsupported on CUDA).
+Status linear(const ExecContext& ctx, const Tensor& x, const LinearWeight& weight,
+              const Tensor& bias, Tensor& out);
 
 struct RopeArgs {
   int64_t head_size = 0;
@@ -124,6 +126,20 @@ Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t to
 struct MoeWeights {
   Tensor gate_up;  // [E, 2I, H]: expert e's gate rows [0, I), then its up rows [I, 2I)
   Tensor down;     // [E, H, I]
+  // Block-scaled FP8 experts (F8_E4M3 gate_up / down, tensor/linear_weight.h): F32 scales
+  // [E, ceil(2I / n), ceil(H / k)] and [E, ceil(H / n), ceil(I / k)] per block n x k.
+  Tensor gate_up_scale_inv, down_scale_inv;
+  WeightBlock gate_up_block, down_block;
+
+  LinearWeight gate_up_weight() const { return {gate_up, gate_up_scale_inv, gate_up_block}; }
+  LinearWeight down_weight() const { return {down, down_scale_inv, down_block}; }
+  void set(const LinearWeight& gu, const LinearWeight& dn) {
+    gate_up = gu.weight, gate_up_scale_inv = gu.scale_inv, gate_up_block = gu.block;
+    down = dn.weight, down_scale_inv = dn.scale_inv, down_block = dn.block;
+  }
+  bool is_fp8() const {
+    return gate_up.dtype() == DType::kF8E4M3 || down.dtype() == DType::kF8E4M3;
+  }
 };
 // The shared expert's contribution, which moe_experts adds: sigmoid(gate[t]) * out[t].
 struct MoeSharedExpert {

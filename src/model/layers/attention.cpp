@@ -23,16 +23,16 @@ Status AttentionLayer::load(WeightSource& w, const std::string& p, const Attenti
   const int64_t hidden = spec.hidden_size, d = spec.head_dim;
   const int64_t q_dim = spec.num_heads * d, kv_dim = spec.num_kv_heads * d;
   const int64_t q_rows = spec.output_gate ? 2 * q_dim : q_dim;
-  VLLM_ASSIGN_OR_RETURN(Tensor q, w.get(p + "q_proj.weight", {q_rows, hidden}));
-  VLLM_ASSIGN_OR_RETURN(Tensor k, w.get(p + "k_proj.weight", {kv_dim, hidden}));
-  VLLM_ASSIGN_OR_RETURN(Tensor v, w.get(p + "v_proj.weight", {kv_dim, hidden}));
-  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
+  VLLM_ASSIGN_OR_RETURN(LinearWeight q, w.get_linear(p + "q_proj.weight", {q_rows, hidden}));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight k, w.get_linear(p + "k_proj.weight", {kv_dim, hidden}));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight v, w.get_linear(p + "v_proj.weight", {kv_dim, hidden}));
+  if (!same_weight_format(q, k) || !same_weight_format(q, v)) {
     return make_error(ErrorCode::kUnsupported,
-                      "{}q_proj / k_proj / v_proj have dtypes {} / {} / {}; they must match", p,
-                      dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
+                      "{}q_proj / k_proj / v_proj are {} / {} / {}; they must match", p,
+                      weight_format(q), weight_format(k), weight_format(v));
   }
-  VLLM_ASSIGN_OR_RETURN(qkv_, concat_rows({q, k, v}, &ctx));
-  VLLM_ASSIGN_OR_RETURN(o_proj_, w.get(p + "o_proj.weight", {hidden, q_dim}));
+  VLLM_ASSIGN_OR_RETURN(qkv_, concat_linear_rows({q, k, v}, &ctx));
+  VLLM_ASSIGN_OR_RETURN(o_proj_, w.get_linear(p + "o_proj.weight", {hidden, q_dim}));
   if (spec.bias) {
     VLLM_ASSIGN_OR_RETURN(Tensor qb, w.get(p + "q_proj.bias", {q_rows}));
     VLLM_ASSIGN_OR_RETURN(Tensor kb, w.get(p + "k_proj.bias", {kv_dim}));

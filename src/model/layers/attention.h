@@ -42,8 +42,10 @@ class AttentionLayer {
 
  private:
   AttentionSpec spec_;
-  Tensor qkv_, qkv_bias_;  // [q_rows + 2 * kv_dim, hidden], [q_rows + 2 * kv_dim]
-  Tensor o_proj_, o_bias_;
+  LinearWeight qkv_;  // [q_rows + 2 * kv_dim, hidden]
+  Tensor qkv_bias_;   // [q_rows + 2 * kv_dim]
+  LinearWeight o_proj_;
+  Tensor o_bias_;
   Tensor q_norm_, k_norm_;
 };
 

@@ -14,13 +14,17 @@ Status GdnLayer::load(WeightSource& w, const std::string& a, const GdnSpec& spec
   const int64_t dk = spec.key_head_dim, dv = spec.value_head_dim;
   const int64_t conv_dim = spec.conv_dim(), value_dim = spec.value_dim();
   const int64_t group = hv / hk;
-  std::vector<Tensor> parts;
+  // The rows of q | k | v | z, and of b | a, in the order the fused weight holds them.
+  std::vector<LinearWeight> qkvz_parts, ba_parts;
+  std::string qkvz_name, ba_name;  // for messages
   if (spec.fused_checkpoint) {
     // Per key head h: [q_h (Dk) | k_h (Dk) | v of its group (G * Dv) | z of its group], and
     // [b of its group (G) | a of its group (G)]. Regroup into q | k | v | z and b | a.
-    VLLM_ASSIGN_OR_RETURN(Tensor qkvz,
-                          w.get(a + "in_proj_qkvz.weight", {conv_dim + value_dim, hidden}));
-    VLLM_ASSIGN_OR_RETURN(Tensor ba, w.get(a + "in_proj_ba.weight", {2 * hv, hidden}));
+    qkvz_name = a + "in_proj_qkvz.weight";
+    ba_name = a + "in_proj_ba.weight";
+    VLLM_ASSIGN_OR_RETURN(LinearWeight qkvz,
+                          w.get_linear(qkvz_name, {conv_dim + value_dim, hidden}));
+    VLLM_ASSIGN_OR_RETURN(LinearWeight ba, w.get_linear(ba_name, {2 * hv, hidden}));
     const int64_t block = 2 * dk + 2 * group * dv;
     for (int part = 0; part < 4; ++part) {
       const int64_t offset = part == 0   ? 0
@@ -29,39 +33,59 @@ Status GdnLayer::load(WeightSource& w, const std::string& a, const GdnSpec& spec
                                          : 2 * dk + group * dv;
       const int64_t size = part < 2 ? dk : group * dv;
       for (int64_t h = 0; h < hk; ++h) {
-        parts.push_back(qkvz.slice(0, h * block + offset, h * block + offset + size));
+        VLLM_ASSIGN_OR_RETURN(LinearWeight rows, slice_linear_rows(qkvz, h * block + offset,
+                                                                   h * block + offset + size));
+        qkvz_parts.push_back(std::move(rows));
       }
     }
     for (int part = 0; part < 2; ++part) {
       for (int64_t h = 0; h < hk; ++h) {
-        parts.push_back(ba.slice(0, h * 2 * group + part * group,
-                                 h * 2 * group + (part + 1) * group));
+        VLLM_ASSIGN_OR_RETURN(LinearWeight rows,
+                              slice_linear_rows(ba, h * 2 * group + part * group,
+                                                h * 2 * group + (part + 1) * group));
+        ba_parts.push_back(std::move(rows));
       }
     }
   } else {
-    std::vector<std::pair<std::string, Shape>> names = {{"in_proj_qkv.weight", {conv_dim, hidden}},
-                                                        {"in_proj_z.weight", {value_dim, hidden}},
-                                                        {"in_proj_b.weight", {hv, hidden}},
-                                                        {"in_proj_a.weight", {hv, hidden}}};
-    for (const auto& [name, shape] : names) {
-      VLLM_ASSIGN_OR_RETURN(Tensor t, w.get(a + name, shape));
-      if (!parts.empty() && t.dtype() != parts[0].dtype()) {
-        return make_error(ErrorCode::kUnsupported,
-                          "tensor '{}{}' has dtype {} but '{}in_proj_qkv.weight' has {}; they "
-                          "must match",
-                          a, name, dtype_name(t.dtype()), a, dtype_name(parts[0].dtype()));
+    qkvz_name = a + "in_proj_qkv.weight";
+    ba_name = a + "in_proj_b.weight";
+    const std::pair<std::string, Shape> names[] = {{"in_proj_qkv.weight", {conv_dim, hidden}},
+                                                   {"in_proj_z.weight", {value_dim, hidden}},
+                                                   {"in_proj_b.weight", {hv, hidden}},
+                                                   {"in_proj_a.weight", {hv, hidden}}};
+    for (int i = 0; i < 4; ++i) {
+      VLLM_ASSIGN_OR_RETURN(LinearWeight t, w.get_linear(a + names[i].first, names[i].second));
+      std::vector<LinearWeight>& parts = i < 2 ? qkvz_parts : ba_parts;
+      if (!parts.empty() && !same_weight_format(t, parts[0])) {
+        return make_error(
+            ErrorCode::kUnsupported, "tensor '{}{}' is {} but '{}{}' is {}; they must match", a,
+            names[i].first, weight_format(t), a, names[i - 1].first, weight_format(parts[0]));
       }
-      parts.push_back(t);
+      parts.push_back(std::move(t));
     }
   }
-  VLLM_ASSIGN_OR_RETURN(in_proj_, concat_rows(parts, &ctx));
+  // One GEMM for all six parts when q | k | v | z and b | a share a format; two otherwise
+  // (FP8 checkpoints keep in_proj_b / in_proj_a in BF16: modules_to_not_convert).
+  if (same_weight_format(qkvz_parts[0], ba_parts[0])) {
+    std::vector<LinearWeight> all = qkvz_parts;
+    all.insert(all.end(), ba_parts.begin(), ba_parts.end());
+    VLLM_ASSIGN_OR_RETURN(in_proj_, concat_linear_rows(all, &ctx));
+    in_proj_ba_ = LinearWeight();
+  } else {
+    auto fused = concat_linear_rows(qkvz_parts, &ctx);
+    if (!fused) return fused.status().with_context(qkvz_name);
+    in_proj_ = std::move(*fused);
+    fused = concat_linear_rows(ba_parts, &ctx);
+    if (!fused) return fused.status().with_context(ba_name);
+    in_proj_ba_ = std::move(*fused);
+  }
   const int64_t kernel = spec.conv_kernel;
   VLLM_ASSIGN_OR_RETURN(Tensor conv, w.get(a + "conv1d.weight", {conv_dim, 1, kernel}));
   conv_weight_ = conv.view({conv_dim, kernel});
   VLLM_ASSIGN_OR_RETURN(A_log_, w.get(a + "A_log", {hv}));
   VLLM_ASSIGN_OR_RETURN(dt_bias_, w.get(a + "dt_bias", {hv}));
   VLLM_ASSIGN_OR_RETURN(norm_, w.get(a + "norm.weight", {dv}));
-  VLLM_ASSIGN_OR_RETURN(out_proj_, w.get(a + "out_proj.weight", {hidden, value_dim}));
+  VLLM_ASSIGN_OR_RETURN(out_proj_, w.get_linear(a + "out_proj.weight", {hidden, value_dim}));
   return Status::ok();
 }
 
@@ -71,7 +95,14 @@ Status GdnLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInpu
   const int64_t tokens = x.size(0), hv = s.num_value_heads;
   const int64_t key_dim = s.key_dim(), value_dim = s.value_dim(), conv_dim = s.conv_dim();
   VLLM_ASSIGN_OR_RETURN(Tensor proj, ctx.act({tokens, conv_dim + value_dim + 2 * hv}));
-  VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_, Tensor(), proj));
+  if (in_proj_ba_.defined()) {
+    Tensor qkvz = proj.slice(1, 0, conv_dim + value_dim);
+    Tensor ba = proj.slice(1, conv_dim + value_dim, conv_dim + value_dim + 2 * hv);
+    VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_, Tensor(), qkvz));
+    VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_ba_, Tensor(), ba));
+  } else {
+    VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_, Tensor(), proj));
+  }
   Tensor z = proj.slice(1, conv_dim, conv_dim + value_dim);
   Tensor b = proj.slice(1, conv_dim + value_dim, conv_dim + value_dim + hv);
   Tensor a = proj.slice(1, conv_dim + value_dim + hv, conv_dim + value_dim + 2 * hv);

@@ -6,16 +6,16 @@ namespace vllm {
 
 Status MlpLayer::load(WeightSource& w, const std::string& p, int64_t hidden, int64_t inter,
                       const ExecContext& ctx) {
-  VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get(p + "gate_proj.weight", {inter, hidden}));
-  VLLM_ASSIGN_OR_RETURN(Tensor up, w.get(p + "up_proj.weight", {inter, hidden}));
-  if (gate.dtype() != up.dtype()) {
+  VLLM_ASSIGN_OR_RETURN(LinearWeight gate, w.get_linear(p + "gate_proj.weight", {inter, hidden}));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight up, w.get_linear(p + "up_proj.weight", {inter, hidden}));
+  if (!same_weight_format(gate, up)) {
     return make_error(ErrorCode::kUnsupported,
-                      "tensor '{}gate_proj.weight' has dtype {} but '{}up_proj.weight' has {}; "
-                      "they must match",
-                      p, dtype_name(gate.dtype()), p, dtype_name(up.dtype()));
+                      "tensor '{}gate_proj.weight' is {} but '{}up_proj.weight' is {}; they must "
+                      "match",
+                      p, weight_format(gate), p, weight_format(up));
   }
-  VLLM_ASSIGN_OR_RETURN(gate_up_, concat_rows({gate, up}, &ctx));
-  VLLM_ASSIGN_OR_RETURN(down_, w.get(p + "down_proj.weight", {hidden, inter}));
+  VLLM_ASSIGN_OR_RETURN(gate_up_, concat_linear_rows({gate, up}, &ctx));
+  VLLM_ASSIGN_OR_RETURN(down_, w.get_linear(p + "down_proj.weight", {hidden, inter}));
   return Status::ok();
 }
 

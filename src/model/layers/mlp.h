@@ -1,5 +1,6 @@
 // The dense SwiGLU MLP every model shares: out = down(silu(gate(x)) * up(x)), with gate and
-// up fused into one [2I, H] matrix (one GEMM).
+// up fused into one [2I, H] matrix (one GEMM). Weights are float or block-scaled FP8
+// (model/weights.h); gate and up must share a format.
 #pragma once
 
 #include <string>
@@ -20,7 +21,7 @@ class MlpLayer {
   Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
 
   // Weights from elsewhere: gate_up [2I, H] (gate rows, then up rows), down [H, I].
-  void set(Tensor gate_up, Tensor down) {
+  void set(LinearWeight gate_up, LinearWeight down) {
     gate_up_ = std::move(gate_up);
     down_ = std::move(down);
   }
@@ -28,8 +29,8 @@ class MlpLayer {
   bool loaded() const { return down_.defined(); }
 
  private:
-  Tensor gate_up_;  // [2I, H]: gate rows then up rows
-  Tensor down_;     // [H, I]
+  LinearWeight gate_up_;  // [2I, H]: gate rows then up rows
+  LinearWeight down_;     // [H, I]
 };
 
 }  // namespace vllm
