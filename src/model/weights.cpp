@@ -160,11 +160,17 @@ Expected<LinearWeight> DeviceWeights::get_linear(const std::string& name, const 
     VLLM_ASSIGN_OR_RETURN(Tensor placed, place(name, w.weight));
     return LinearWeight(std::move(placed));
   }
-  if (ctx_.device.is_cuda()) {
-    return make_error(ErrorCode::kUnsupported,
-                      "tensor '{}' is block-scaled FP8 (F8_E4M3), and the CUDA backend has no FP8 "
-                      "kernels yet: run FP8 models with --device cpu",
-                      name);
+  if (ctx_.device.is_cuda() && w.device().is_cpu()) {
+    // The e4m3 bytes and the F32 scales as they are: the FP8 kernels read them.
+    LinearWeight placed(Tensor(), Tensor(), w.block);
+    for (auto [src, dst] : {std::pair{&w.weight, &placed.weight},
+                            std::pair{&w.scale_inv, &placed.scale_inv}}) {
+      auto t = Tensor::try_empty(src->shape(), src->dtype(), ctx_.device);
+      if (!t) return out_of_memory(name, *src, ctx_.device, t.status());
+      VLLM_RETURN_IF_ERROR(ops::copy(ctx_, *src, *t));
+      *dst = *t;
+    }
+    return placed;
   }
   if (ctx_.device.is_cpu() && ctx_.weight_arena != nullptr) {
     VLLM_ASSIGN_OR_RETURN(w.weight, ctx_.weight_arena->copy(w.weight));
@@ -377,9 +383,26 @@ Expected<LinearWeight> concat_linear_rows(const std::vector<LinearWeight>& parts
   for (const LinearWeight& p : parts) {
     if (aligned) {
       scales.push_back(p.scale_inv);
-    } else {
+    } else if (p.device().is_cpu() || p.device().is_meta()) {
       VLLM_ASSIGN_OR_RETURN(Tensor rows, scales_per_row(p));
       scales.push_back(rows);
+    } else {
+      // A part already on the GPU: its scale rows repeated on the host, then placed beside it.
+      if (ctx == nullptr) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "concat_linear_rows of FP8 weights on {} needs a context",
+                          p.device().to_string());
+      }
+      VLLM_ASSIGN_OR_RETURN(Tensor host, ops::to_host(*ctx, p.scale_inv));
+      const int64_t rows = p.size(0), cols = host.size(1);
+      VLLM_ASSIGN_OR_RETURN(Tensor per_row, Tensor::try_empty({rows, cols}, DType::kF32));
+      for (int64_t n = 0; n < rows; ++n) {
+        std::memcpy(per_row.data<float>() + n * cols, host.data<float>() + (n / p.block.n) * cols,
+                    static_cast<size_t>(cols) * sizeof(float));
+      }
+      VLLM_ASSIGN_OR_RETURN(Tensor placed, empty_weight({rows, cols}, DType::kF32, p.device(), ctx));
+      VLLM_RETURN_IF_ERROR(ops::copy(*ctx, per_row, placed));
+      scales.push_back(placed);
     }
   }
   VLLM_ASSIGN_OR_RETURN(Tensor scale, concat_rows(scales, ctx));

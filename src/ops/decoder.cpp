@@ -83,9 +83,12 @@ Status linear(const ExecContext& ctx, const Tensor& x, const LinearWeight& weigh
   if (out.device().is_cpu()) return cpu::linear(x, weight, bias, out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) {
-    if (weight.is_fp8()) return unsupported("linear with FP8 (F8_E4M3) weights", out);
     if (ctx.blas == nullptr) {
       return make_error(ErrorCode::kInvalidArgument, "linear: the execution context has no GEMM handle");
+    }
+    if (weight.is_fp8()) {
+      return cuda::linear_fp8(*static_cast<cuda::BlasContext*>(ctx.blas), x, weight, bias, out,
+                              stream(ctx));
     }
     return cuda::linear(*static_cast<cuda::BlasContext*>(ctx.blas), x, weight.weight, bias, out,
                         stream(ctx));

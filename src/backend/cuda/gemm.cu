@@ -45,6 +45,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -250,10 +251,13 @@ struct BlasContext::Impl {
   PlanCache plans;
   int64_t gemv_max_rows = kGemvCrossoverRows;
   bool gemv_narrow = true;  // narrow outputs take the GEMV (kGemvNarrowMaxN)
+  void* fp8_buffer = nullptr;  // linear_fp8's dequantized weight
+  size_t fp8_buffer_bytes = 0;
 
   ~Impl() {
     plans.clear();
     DeviceGuard guard(device);
+    if (fp8_buffer != nullptr) cudaFree(fp8_buffer);
     if (workspace != nullptr) cudaFree(workspace);
     if (handle != nullptr) cublasLtDestroy(handle);
   }
@@ -450,8 +454,13 @@ int64_t BlasContext::gemv_max_rows() const {
   return impl_->gemv_max_rows;
 }
 
-Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Tensor& bias,
-              Tensor& out, cudaStream_t stream) {
+namespace {
+
+// linear(); `weight_written_before` says the weight is written by the kernel just before this
+// product (the FP8 path's dequantization), which rules out the batched GEMV: it issues its
+// first weight loads before pdl_wait, for weights no kernel writes (common.cuh).
+Status linear_impl(BlasContext& blas, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   Tensor& out, cudaStream_t stream, bool weight_written_before) {
   constexpr std::string_view kOp = "cuda::linear";
   BlasContext::Impl& impl = *blas.impl();
   VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, weight, bias, out));
@@ -468,7 +477,8 @@ Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Te
     return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, M, N, /*accumulate=*/false,
                     stream);
   }
-  if (M <= impl.gemv_max_rows || (impl.gemv_narrow && M <= kGemvMaxRows && N <= kGemvNarrowMaxN)) {
+  if (!weight_written_before &&
+      (M <= impl.gemv_max_rows || (impl.gemv_narrow && M <= kGemvMaxRows && N <= kGemvNarrowMaxN))) {
     return detail::launch_gemv(p, stream);
   }
 
@@ -511,6 +521,13 @@ Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Te
   }
 }
 
+}  // namespace
+
+Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Tensor& bias,
+              Tensor& out, cudaStream_t stream) {
+  return linear_impl(blas, x, weight, bias, out, stream, /*weight_written_before=*/false);
+}
+
 Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
             cudaStream_t stream) {
   constexpr std::string_view kOp = "cuda::gemv";
@@ -529,6 +546,91 @@ Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& o
                     /*accumulate=*/false, stream);
   }
   return detail::launch_gemv(p, stream);
+}
+
+Status linear_fp8(BlasContext& blas, const Tensor& x, const LinearWeight& weight,
+                  const Tensor& bias, Tensor& out, cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::linear (FP8 weight)";
+  BlasContext::Impl& impl = *blas.impl();
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "x", x, {DType::kF32, DType::kBF16}));
+  if (x.ndim() != 2) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, expected [M, K]", kOp,
+                      x.to_string());
+  }
+  if (x.device() != impl.device) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, but the BlasContext is on {}", kOp,
+                      x.to_string(), impl.device.to_string());
+  }
+  if (!weight.is_fp8()) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: weight is {}, expected F8_E4M3", kOp,
+                      weight.to_string());
+  }
+  VLLM_RETURN_IF_ERROR(check_linear_weight(kOp, weight));
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "weight", weight.weight, x));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "weight", weight.weight));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "weight scales", weight.scale_inv));
+  const int64_t M = x.size(0), K = x.size(1);
+  if (weight.ndim() != 2 || weight.size(1) != K) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: weight is {}, expected [out_features, {}] (in_features = x's last dim)",
+                      kOp, weight.to_string(), K);
+  }
+  const int64_t N = weight.size(0);
+  // The output, bias and layout checks of linear(), on a float weight of the same shape.
+  const Tensor shape_only = Tensor::borrow(const_cast<void*>(weight.weight.data_ptr()), {N, K},
+                                           x.dtype(), x.device(), nullptr);
+  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, shape_only, bias, out));
+  if (M == 0 || N == 0 || K == 0) return linear(blas, x, shape_only, bias, out, stream);
+
+  DeviceGuard guard(impl.device);
+  VLLM_RETURN_IF_ERROR(guard.status());
+  detail::Fp8Matrix w;
+  w.data = static_cast<const uint8_t*>(weight.weight.data_ptr());
+  w.scales = weight.scale_inv.data<float>();
+  w.n = N;
+  w.k = K;
+  w.scale_cols = weight.scale_inv.size(1);
+  w.block_n = weight.block.n;
+  w.block_k = weight.block.k;
+  if (M <= detail::kFp8GemvMaxRows) {
+    detail::Fp8GemvProblem g;
+    g.x_dtype = p.dtype;
+    g.out_dtype = p.out_dtype;
+    g.x = p.x;
+    g.ldx = p.ldx;
+    g.w = w;
+    g.bias = p.bias;
+    g.bias_dtype = p.bias_dtype;
+    g.out = p.out;
+    g.ldo = p.ldo;
+    g.m = M;
+    return detail::launch_fp8_gemv(g, stream);
+  }
+  const size_t bytes = static_cast<size_t>(N * K) * dtype_size(x.dtype());
+  if (bytes > impl.fp8_buffer_bytes) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    VLLM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      return make_error(ErrorCode::kInternal,
+                        "{}: [{}, {}] x [{}, {}]^T needs a {}-byte dequantization buffer (the "
+                        "context has {}) while the stream is captured into a CUDA graph",
+                        kOp, M, K, N, K, bytes, impl.fp8_buffer_bytes);
+    }
+    if (impl.fp8_buffer != nullptr) {
+      VLLM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // the old buffer's last reader
+      VLLM_CUDA_RETURN_IF_ERROR(cudaFree(impl.fp8_buffer));
+      impl.fp8_buffer = nullptr;
+      impl.fp8_buffer_bytes = 0;
+    }
+    VLLM_RETURN_IF_ERROR(cuda_status(cudaMalloc(&impl.fp8_buffer, bytes), "cudaMalloc")
+                             .with_context(fmt::format("{}: the {}-byte dequantization buffer of "
+                                                       "an FP8 weight [{}, {}]",
+                                                       kOp, bytes, N, K)));
+    impl.fp8_buffer_bytes = bytes;
+  }
+  VLLM_RETURN_IF_ERROR(detail::launch_fp8_dequantize(w, x.dtype(), impl.fp8_buffer, stream));
+  const Tensor dense = Tensor::borrow(impl.fp8_buffer, {N, K}, x.dtype(), x.device(), nullptr);
+  return linear_impl(blas, x, dense, bias, out, stream, /*weight_written_before=*/true);
 }
 
 }  // namespace vllm::cuda

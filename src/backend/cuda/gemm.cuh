@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "base/status.h"
+#include "tensor/linear_weight.h"
 #include "tensor/tensor.h"
 
 namespace vllm::cuda {
@@ -78,5 +79,13 @@ Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Te
 // of its operands.
 Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
             cudaStream_t stream);
+
+// linear() with a block-scaled FP8 weight (W8A16): x F32 or BF16 [M, K], weight F8_E4M3
+// [N, K] with its F32 scales, all on the context's device; out as linear(). Up to
+// kFp8GemvMaxRows rows (gemv_fp8.cuh) the FP8 GEMV reads the e4m3 weight directly; larger M
+// dequantizes it into a buffer the context keeps (grown on first need, which a stream that is
+// being captured into a CUDA graph refuses) and runs linear() on that.
+Status linear_fp8(BlasContext& blas, const Tensor& x, const LinearWeight& weight,
+                  const Tensor& bias, Tensor& out, cudaStream_t stream);
 
 }  // namespace vllm::cuda

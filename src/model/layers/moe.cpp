@@ -63,6 +63,12 @@ class ExpertStack {
 
  private:
   Status allocate(const ExecContext& ctx, const LinearWeight& part) {
+    if (part.is_fp8() && part.device().is_cuda()) {
+      return make_error(ErrorCode::kUnsupported,
+                        "expert weight '{}' is block-scaled FP8 (F8_E4M3), and the CUDA backend "
+                        "has no FP8 expert kernels yet: run FP8 MoE models with --device cpu",
+                        name_);
+    }
     auto made = empty_weight(shape_, part.dtype(), part.device(), &ctx);
     if (!made) {
       const DeviceMemory m = device_memory(part.device());
@@ -143,6 +149,13 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
                         "tensor '{}experts.down_proj' is {} but '{}experts.gate_up_proj' is {}; "
                         "they must match",
                         m, weight_format(fused_down), m, weight_format(fused_gate_up));
+    }
+    if (fused_gate_up.is_fp8() && ctx.is_cuda()) {
+      return make_error(ErrorCode::kUnsupported,
+                        "expert weight '{}experts.gate_up_proj' is block-scaled FP8 (F8_E4M3), and "
+                        "the CUDA backend has no FP8 expert kernels yet: run FP8 MoE models with "
+                        "--device cpu",
+                        m);
     }
     if (!shared_in_experts_) {
       experts_.set(fused_gate_up, fused_down);
