@@ -78,7 +78,10 @@ step "load test: 2,000 connections, slow readers (release)"
 VLLM_BUILD_DIR=build bash tests/e2e/run_load.sh
 
 step "ASan + UBSan build"
+# -O1 -g1 (line tables: the reports keep file:line): GCC compiles the sanitized Boost.Beast
+# session code about 3x faster than at RelWithDebInfo's -O2 -g, the larger part of this run.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVLLM_SANITIZE=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DVLLM_CUDA=OFF -DVLLM_BENCHMARKS=OFF >/dev/null
 cmake --build build-asan -j"$jobs" --target vllm_unit_tests
 step "unit tests (ASan + UBSan)"
