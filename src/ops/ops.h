@@ -41,8 +41,8 @@ Status fill_uniform(const ExecContext& ctx, Tensor& t, float low, float high, ui
 Status embedding(const ExecContext& ctx, const Tensor& token_ids, const Tensor& table, Tensor& out);
 Status rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps,
                 bool unit_offset, Tensor& out);
-Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual,
-                          const Tensor& weight, float eps, bool unit_offset);
+Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual, const Tensor& weight,
+                          float eps, bool unit_offset);
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src);
 Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out);
 // out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits).
@@ -134,5 +134,14 @@ struct MoeSharedExpert {
 Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,
                    const Tensor& topk_weights, const Tensor& topk_ids,
                    const MoeSharedExpert& shared, Tensor& out);
+
+// ---- Tensor parallelism ------------------------------------------------------------------
+// The collectives of ctx.comm (parallel/communicator.h); without one (a single rank)
+// all_reduce does nothing and all_gather copies x into out[0].
+
+// x = the sum over the ranks of their x, in place.
+Status all_reduce(const ExecContext& ctx, Tensor& x);
+// out [tp_size, ...x's shape] = every rank's x, in rank order.
+Status all_gather(const ExecContext& ctx, const Tensor& x, Tensor& out);
 
 }  // namespace vllm::ops
