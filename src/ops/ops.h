@@ -39,6 +39,11 @@ Status fill_uniform(const ExecContext& ctx, Tensor& t, float low, float high, ui
 // ---- Decoder ops --------------------------------------------------------------------------
 
 Status embedding(const ExecContext& ctx, const Tensor& token_ids, const Tensor& table, Tensor& out);
+// One rank's share of a vocab-parallel embedding: table [R, H] holds rows [vocab_start,
+// vocab_start + R) of a vocabulary of vocab_size; tokens outside it get zero rows (the
+// all-reduce over the ranks then gives every token its row). CPU only so far.
+Status embedding_shard(const ExecContext& ctx, const Tensor& token_ids, const Tensor& table,
+                       int64_t vocab_start, int64_t vocab_size, Tensor& out);
 Status rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps,
                 bool unit_offset, Tensor& out);
 Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual, const Tensor& weight,

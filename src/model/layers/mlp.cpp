@@ -1,13 +1,18 @@
 #include "model/layers/mlp.h"
 
+#include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
 namespace vllm {
 
 Status MlpLayer::load(WeightSource& w, const std::string& p, int64_t hidden, int64_t inter,
-                      const ExecContext& ctx) {
-  VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get(p + "gate_proj.weight", {inter, hidden}));
-  VLLM_ASSIGN_OR_RETURN(Tensor up, w.get(p + "up_proj.weight", {inter, hidden}));
+                      const ExecContext& ctx, bool reduce_results) {
+  reduce_results_ = reduce_results;
+  VLLM_ASSIGN_OR_RETURN(ShardRange part,
+                        tp_split(ctx, inter, "the intermediate size of " + p + "gate_proj"));
+  const WeightSlice rows{0, part.begin, part.end};
+  VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get_slice(p + "gate_proj.weight", {inter, hidden}, rows));
+  VLLM_ASSIGN_OR_RETURN(Tensor up, w.get_slice(p + "up_proj.weight", {inter, hidden}, rows));
   if (gate.dtype() != up.dtype()) {
     return make_error(ErrorCode::kUnsupported,
                       "tensor '{}gate_proj.weight' has dtype {} but '{}up_proj.weight' has {}; "
@@ -15,7 +20,8 @@ Status MlpLayer::load(WeightSource& w, const std::string& p, int64_t hidden, int
                       p, dtype_name(gate.dtype()), p, dtype_name(up.dtype()));
   }
   VLLM_ASSIGN_OR_RETURN(gate_up_, concat_rows({gate, up}, &ctx));
-  VLLM_ASSIGN_OR_RETURN(down_, w.get(p + "down_proj.weight", {hidden, inter}));
+  VLLM_ASSIGN_OR_RETURN(down_, w.get_slice(p + "down_proj.weight", {hidden, inter},
+                                           WeightSlice{1, part.begin, part.end}));
   return Status::ok();
 }
 
@@ -25,7 +31,8 @@ Status MlpLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) c
   VLLM_ASSIGN_OR_RETURN(Tensor act, ctx.act({tokens, inter}));
   VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, gate_up_, Tensor(), gate_up));
   VLLM_RETURN_IF_ERROR(ops::silu_and_mul(ctx, gate_up, act));
-  return ops::linear(ctx, act, down_, Tensor(), out);
+  VLLM_RETURN_IF_ERROR(ops::linear(ctx, act, down_, Tensor(), out));
+  return reduce_results_ ? ops::all_reduce(ctx, out) : Status::ok();
 }
 
 }  // namespace vllm

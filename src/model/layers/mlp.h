@@ -1,5 +1,7 @@
 // The dense SwiGLU MLP every model shares: out = down(silu(gate(x)) * up(x)), with gate and
-// up fused into one [2I, H] matrix (one GEMM).
+// up fused into one [2I, H] matrix (one GEMM). Under tensor parallelism each rank holds its
+// slice of the intermediate features (gate/up rows, down columns) and out is all-reduced --
+// unless the caller reduces it together with more (the MoE block's shared expert).
 #pragma once
 
 #include <string>
@@ -13,16 +15,19 @@ namespace vllm {
 
 class MlpLayer {
  public:
-  // Reads {prefix}gate_proj.weight, up_proj.weight [I, H] and down_proj.weight [H, I].
+  // Reads this rank's shard of {prefix}gate_proj.weight, up_proj.weight [I, H] and
+  // down_proj.weight [H, I]. reduce_results false: forward leaves each rank's partial sum.
   Status load(WeightSource& w, const std::string& prefix, int64_t hidden, int64_t intermediate,
-              const ExecContext& ctx);
+              const ExecContext& ctx, bool reduce_results = true);
   // x [T, H] -> out [T, H].
   Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
 
-  // Weights from elsewhere: gate_up [2I, H] (gate rows, then up rows), down [H, I].
+  // Weights from elsewhere (this rank's shard): gate_up [2I, H] (gate rows, then up rows),
+  // down [H, I]; forward leaves partial sums.
   void set(Tensor gate_up, Tensor down) {
     gate_up_ = std::move(gate_up);
     down_ = std::move(down);
+    reduce_results_ = false;
   }
 
   bool loaded() const { return down_.defined(); }
@@ -30,6 +35,7 @@ class MlpLayer {
  private:
   Tensor gate_up_;  // [2I, H]: gate rows then up rows
   Tensor down_;     // [H, I]
+  bool reduce_results_ = true;
 };
 
 }  // namespace vllm

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "model/tensor_parallel.h"
+
 namespace vllm {
 
 // One stacked [E, rows, cols] tensor filled part by part on the parts' device: each part is
@@ -40,11 +42,12 @@ class ExpertStack {
     return ops::copy(ctx, part, dst);
   }
 
-  // Copies a [n, rows, cols] stack of experts into experts [0, n).
-  Status put_experts(const ExecContext& ctx, const std::string& part_name, const Tensor& part) {
+  // Copies a [n, r, cols] stack of experts into rows [row, row + r) of experts [0, n).
+  Status put_experts(const ExecContext& ctx, const std::string& part_name, const Tensor& part,
+                     int64_t row = 0) {
     for (int64_t e = 0; e < part.size(0); ++e) {
       VLLM_RETURN_IF_ERROR(
-          put(ctx, part_name, part.slice(0, e, e + 1).view({shape_[1], shape_[2]}), e, 0));
+          put(ctx, part_name, part.slice(0, e, e + 1).view({part.size(1), part.size(2)}), e, row));
     }
     return Status::ok();
   }
@@ -78,18 +81,20 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
     // On CUDA a shared expert of the routed experts' shape runs as one more expert (E): its
     // gate's sigmoid is the weight of a (k + 1)-th routing slot (cuda::moe_route), so it
     // costs no launches of its own. The CPU keeps it apart, as the reference.
-    shared_in_experts_ = ctx.is_cuda() && gate_in_router_ &&
-                         spec.shared_intermediate_size == spec.intermediate_size;
+    shared_in_experts_ =
+        ctx.is_cuda() && gate_in_router_ && spec.shared_intermediate_size == spec.intermediate_size;
   }
   VLLM_RETURN_IF_ERROR(load_experts(w, m, ctx));
   if (shared_in_experts_) {
     // Larger batches run it apart (see forward), from the same memory.
-    const int64_t inter = spec.intermediate_size;
+    const int64_t inter = experts_.down.size(2);  // this rank's slice
     shared_.set(experts_.gate_up.slice(0, experts, experts + 1).view({2 * inter, hidden}),
                 experts_.down.slice(0, experts, experts + 1).view({hidden, inter}));
   } else if (spec.shared_intermediate_size > 0) {
-    VLLM_RETURN_IF_ERROR(
-        shared_.load(w, m + "shared_expert.", hidden, spec.shared_intermediate_size, ctx));
+    // Its partial sums join the experts' in the block's one all-reduce.
+    VLLM_RETURN_IF_ERROR(shared_.load(w, m + "shared_expert.", hidden,
+                                      spec.shared_intermediate_size, ctx,
+                                      /*reduce_results=*/false));
   }
   return Status::ok();
 }
@@ -98,27 +103,48 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
   const int64_t hidden = spec_.hidden_size, experts = spec_.num_experts;
   const int64_t inter = spec_.intermediate_size;
   const int64_t slots = experts + (shared_in_experts_ ? 1 : 0);
-  ExpertStack gate_up(m + "experts.gate_up_proj", {slots, 2 * inter, hidden});
-  ExpertStack down(m + "experts.down_proj", {slots, hidden, inter});
+  // Tensor parallelism: every rank holds every expert's slice of the intermediate features.
+  VLLM_ASSIGN_OR_RETURN(ShardRange part, tp_split(ctx, inter, "moe_intermediate_size"));
+  const int64_t local = part.size();
+  ExpertStack gate_up(m + "experts.gate_up_proj", {slots, 2 * local, hidden});
+  ExpertStack down(m + "experts.down_proj", {slots, hidden, local});
   if (w.contains(m + "experts.gate_up_proj")) {
-    VLLM_ASSIGN_OR_RETURN(Tensor fused_gate_up,
-                          w.get(m + "experts.gate_up_proj", {experts, 2 * inter, hidden}));
-    VLLM_ASSIGN_OR_RETURN(Tensor fused_down,
-                          w.get(m + "experts.down_proj", {experts, hidden, inter}));
-    if (fused_down.dtype() != fused_gate_up.dtype()) {
-      return make_error(ErrorCode::kUnsupported,
-                        "tensor '{}experts.down_proj' has dtype {} but '{}experts.gate_up_proj' "
-                        "has {}; they must match",
-                        m, dtype_name(fused_down.dtype()), m,
-                        dtype_name(fused_gate_up.dtype()));
+    const std::string gate_up_name = m + "experts.gate_up_proj",
+                      down_name = m + "experts.down_proj";
+    const Shape gate_up_shape{experts, 2 * inter, hidden}, down_shape{experts, hidden, inter};
+    if (ctx.tp_size() == 1) {
+      VLLM_ASSIGN_OR_RETURN(Tensor fused_gate_up, w.get(gate_up_name, gate_up_shape));
+      VLLM_ASSIGN_OR_RETURN(Tensor fused_down, w.get(down_name, down_shape));
+      if (fused_down.dtype() != fused_gate_up.dtype()) {
+        return make_error(ErrorCode::kUnsupported,
+                          "tensor '{}' has dtype {} but '{}' has {}; they must match", down_name,
+                          dtype_name(fused_down.dtype()), gate_up_name,
+                          dtype_name(fused_gate_up.dtype()));
+      }
+      if (!shared_in_experts_) {
+        experts_.gate_up = fused_gate_up;
+        experts_.down = fused_down;
+        return Status::ok();
+      }
+      VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, gate_up_name, fused_gate_up));
+      VLLM_RETURN_IF_ERROR(down.put_experts(ctx, down_name, fused_down));
+    } else {
+      // Each expert's gate rows [i0, i1), up rows [I + i0, I + i1) and down columns [i0, i1).
+      {
+        VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get_slice(gate_up_name, gate_up_shape,
+                                                       WeightSlice{1, part.begin, part.end}));
+        VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, gate_up_name, gate, 0));
+      }
+      {
+        VLLM_ASSIGN_OR_RETURN(Tensor up,
+                              w.get_slice(gate_up_name, gate_up_shape,
+                                          WeightSlice{1, inter + part.begin, inter + part.end}));
+        VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, gate_up_name, up, local));
+      }
+      VLLM_ASSIGN_OR_RETURN(
+          Tensor dn, w.get_slice(down_name, down_shape, WeightSlice{2, part.begin, part.end}));
+      VLLM_RETURN_IF_ERROR(down.put_experts(ctx, down_name, dn));
     }
-    if (!shared_in_experts_) {
-      experts_.gate_up = fused_gate_up;
-      experts_.down = fused_down;
-      return Status::ok();
-    }
-    VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, m + "experts.gate_up_proj", fused_gate_up));
-    VLLM_RETURN_IF_ERROR(down.put_experts(ctx, m + "experts.down_proj", fused_down));
   } else {
     // Per expert: experts 0 .. E-1 must all be there (get() names a missing one), and no more.
     const std::string extra = m + "experts." + std::to_string(experts) + ".gate_proj.weight";
@@ -128,8 +154,8 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
                         extra, experts);
     }
     for (int64_t e = 0; e < experts; ++e) {
-      VLLM_RETURN_IF_ERROR(put_mlp(w, m + "experts." + std::to_string(e) + ".", e, ctx, gate_up,
-                                   down));
+      VLLM_RETURN_IF_ERROR(
+          put_mlp(w, m + "experts." + std::to_string(e) + ".", e, ctx, gate_up, down));
     }
   }
   if (shared_in_experts_) {
@@ -149,15 +175,18 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
 Status MoeLayer::put_mlp(WeightSource& w, const std::string& x, int64_t slot,
                          const ExecContext& ctx, ExpertStack& gate_up, ExpertStack& down) const {
   const int64_t hidden = spec_.hidden_size, inter = spec_.intermediate_size;
+  VLLM_ASSIGN_OR_RETURN(ShardRange part, tp_split(ctx, inter, "moe_intermediate_size"));
+  const WeightSlice rows{0, part.begin, part.end};
   {
-    VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get(x + "gate_proj.weight", {inter, hidden}));
+    VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get_slice(x + "gate_proj.weight", {inter, hidden}, rows));
     VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "gate_proj.weight", gate, slot, 0));
   }
   {
-    VLLM_ASSIGN_OR_RETURN(Tensor up, w.get(x + "up_proj.weight", {inter, hidden}));
-    VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "up_proj.weight", up, slot, inter));
+    VLLM_ASSIGN_OR_RETURN(Tensor up, w.get_slice(x + "up_proj.weight", {inter, hidden}, rows));
+    VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "up_proj.weight", up, slot, part.size()));
   }
-  VLLM_ASSIGN_OR_RETURN(Tensor dn, w.get(x + "down_proj.weight", {hidden, inter}));
+  VLLM_ASSIGN_OR_RETURN(Tensor dn, w.get_slice(x + "down_proj.weight", {hidden, inter},
+                                               WeightSlice{1, part.begin, part.end}));
   return down.put(ctx, x + "down_proj.weight", dn, slot, 0);
 }
 
@@ -171,8 +200,8 @@ Expected<MoeLayer::Routing> MoeLayer::route(const ExecContext& ctx, const Tensor
   VLLM_ASSIGN_OR_RETURN(r.topk_weights, ctx.alloc({tokens, slots}, DType::kF32));
   VLLM_ASSIGN_OR_RETURN(r.topk_ids, ctx.alloc({tokens, slots}, DType::kI64));
   const Tensor logits = r.shared_slot ? r.logits : r.logits.slice(1, 0, experts);
-  VLLM_RETURN_IF_ERROR(ops::moe_route(ctx, logits, k, spec_.renormalize, r.topk_weights,
-                                      r.topk_ids, r.shared_slot));
+  VLLM_RETURN_IF_ERROR(
+      ops::moe_route(ctx, logits, k, spec_.renormalize, r.topk_weights, r.topk_ids, r.shared_slot));
   return r;
 }
 
@@ -190,7 +219,9 @@ Status MoeLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) c
       VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, shared_gate_, Tensor(), shared.gate));
     }
   }
-  return ops::moe_experts(ctx, x, experts_, r.topk_weights, r.topk_ids, shared, out);
+  VLLM_RETURN_IF_ERROR(ops::moe_experts(ctx, x, experts_, r.topk_weights, r.topk_ids, shared, out));
+  // Every rank's partial sums of the routed and the shared expert, in one all-reduce.
+  return ops::all_reduce(ctx, out);
 }
 
 }  // namespace vllm

@@ -8,6 +8,10 @@
 // read, so no second host copy exists) or fused (mlp.experts.gate_up_proj [E, 2I, H],
 // mlp.experts.down_proj [E, H, I]: taken as they are). The shared expert's gate is one more row
 // of the router's matrix when their dtypes agree, so one GEMM gives both.
+//
+// Tensor parallelism (vLLM's default, without --enable-expert-parallel): the router and the
+// shared expert's gate are replicated; every rank holds every expert's (and the shared
+// expert's) slice of the intermediate features, and the block's output is all-reduced once.
 #pragma once
 
 #include <string>
