@@ -6,7 +6,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -23,7 +22,8 @@ namespace vllm::cli {
 // --load-format --max-num-seqs --max-num-batched-tokens --max-model-len --block-size
 // --num-gpu-blocks-override --kv-cache-memory-bytes --[no-]enable-prefix-caching --device
 // --dtype --gpu-memory-utilization --mamba-cache-interval --mamba-cache-memory-fraction
-// --num-mamba-snapshots-override --enforce-eager --cuda-graph-sizes.
+// --num-mamba-snapshots-override --enforce-eager --cuda-graph-sizes --tensor-parallel-size
+// (-tp) --nnodes --node-rank --master-addr --master-port.
 void add_engine_flags(CLI::App* cmd, engine::EngineArgs* args);
 
 // The sampling knobs every generating command shares; unset ones keep the model's default.

@@ -68,8 +68,10 @@ Expected<int32_t> size_state_snapshots(const Model& model, const EngineConfig& c
 
 Expected<std::unique_ptr<EngineCore>> EngineCore::create(
     std::unique_ptr<Model> model, const EngineConfig& config, std::vector<int32_t> eos_token_ids,
-    std::shared_ptr<const structured::TokenVocabulary> vocab) {
+    std::shared_ptr<const structured::TokenVocabulary> vocab,
+    std::unique_ptr<WorkerGroup> workers) {
   std::unique_ptr<EngineCore> core(new EngineCore());
+  core->workers_ = std::move(workers);
   if (vocab) core->structured_ = std::make_unique<StructuredOutputManager>(std::move(vocab));
   core->config_ = config;
   core->eos_token_ids_ = std::move(eos_token_ids);
@@ -123,10 +125,13 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(
   cache_config.num_blocks = num_blocks;
   cache_config.block_size = config.block_size;
   cache_config.num_state_slots = hybrid ? sc.max_num_seqs + snapshots.num_snapshots : 0;
+  // Every rank's shard has the same cache shapes, so rank 0's sizing holds for all of them.
+  if (core->workers_) VLLM_RETURN_IF_ERROR(core->workers_->init_cache(cache_config));
   VLLM_ASSIGN_OR_RETURN(ModelCache cache, model->create_cache(cache_config));
   core->model_ = std::move(model);
   core->scheduler_ = std::make_unique<Scheduler>(sc, core->kv_.get(), core->state_slots_.get());
-  core->runner_ = std::make_unique<ModelRunner>(core->model_.get(), std::move(cache), config.seed);
+  core->runner_ = std::make_unique<ModelRunner>(core->model_.get(), std::move(cache), config.seed,
+                                                core->workers_.get());
   if (core->model_->context().is_cuda() && !config.enforce_eager) {
     std::vector<int64_t> sizes = config.cuda_graph_sizes;
     if (sizes.size() <= 1) {
@@ -145,6 +150,10 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(
         static_cast<double>(g.memory_bytes()) / (1 << 20));
   }
   return core;
+}
+
+void EngineCore::set_failure_callback(std::function<void(const Status&)> callback) {
+  if (workers_) workers_->set_failure_callback(std::move(callback));
 }
 
 Status EngineCore::validate_request(const std::vector<int32_t>& prompt,
@@ -222,6 +231,8 @@ void EngineCore::abort_requests(std::span<const std::string> request_ids) {
 }
 
 Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
+  // A tensor-parallel group that lost a rank cannot run another step.
+  if (workers_) VLLM_RETURN_IF_ERROR(workers_->health());
   std::vector<EngineCoreOutput> outputs = std::move(pending_);
   pending_.clear();
   VLLM_PROFILE_SCOPE("step");

@@ -41,7 +41,8 @@ struct HybridDims {
 
 class HybridCheckpointWriter {
  public:
-  explicit HybridCheckpointWriter(HybridSpec spec) : spec_(std::move(spec)), rng_(spec_.seed) {}
+  explicit HybridCheckpointWriter(HybridSpec spec, HybridDims dims = {})
+      : spec_(std::move(spec)), d_(std::move(dims)), rng_(spec_.seed) {}
 
   // Writes config.json and model.safetensors into dir. `drop` names tensors to leave out;
   // `reshape` gives tensors a wrong shape (one extra row).
