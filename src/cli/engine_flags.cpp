@@ -55,6 +55,8 @@ void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
                   "ranks to shard the model over (-tp; this process is rank 0 and starts the "
                   "others as worker processes)")
       ->check(CLI::Range(1, 64));
+  cmd->add_flag("--enable-expert-parallel", p.enable_expert_parallel,
+                "MoE layers: whole experts per rank instead of a slice of every expert");
   cmd->add_option("--nnodes", p.nnodes, "hosts the ranks run on (torchrun's name)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--node-rank", p.node_rank, "this host's index among --nnodes")

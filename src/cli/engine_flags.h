@@ -23,7 +23,7 @@ namespace vllm::cli {
 // --num-gpu-blocks-override --kv-cache-memory-bytes --[no-]enable-prefix-caching --device
 // --dtype --gpu-memory-utilization --mamba-cache-interval --mamba-cache-memory-fraction
 // --num-mamba-snapshots-override --enforce-eager --cuda-graph-sizes --tensor-parallel-size
-// (-tp) --nnodes --node-rank --master-addr --master-port.
+// (-tp) --enable-expert-parallel --nnodes --node-rank --master-addr --master-port.
 void add_engine_flags(CLI::App* cmd, engine::EngineArgs* args);
 
 // The sampling knobs every generating command shares; unset ones keep the model's default.

@@ -76,6 +76,7 @@ Expected<std::unique_ptr<WorkerGroup>> start_workers(const EngineArgs& args, Dev
   spec.device = args.device;
   spec.dtype = args.dtype;
   spec.max_model_len = args.max_model_len;
+  spec.enable_expert_parallel = p.enable_expert_parallel;
   return WorkerGroup::start(p, spec);
 }
 
@@ -94,6 +95,7 @@ Expected<LoadedEngine> build_engine(const EngineArgs& args) {
     if (!started) return started.status().with_context("cannot start tensor parallelism");
     workers = std::move(*started);
     load.comm = workers->communicator();
+    load.enable_expert_parallel = args.parallel.enable_expert_parallel;
   }
   auto model = load_model(args.model, load);
   if (!model) return model.status().with_context("cannot load model");

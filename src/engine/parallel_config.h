@@ -23,6 +23,8 @@ struct ParallelConfig {
   // How step inputs reach the workers: "shm" (shared memory, one host) or "tcp" (the
   // fallback for ranks on other hosts); empty: VLLM_TP_STEP_CHANNEL, else shm.
   std::string step_channel;
+  // --enable-expert-parallel: MoE layers hold whole experts per rank.
+  bool enable_expert_parallel = false;
   // How long the workers may take to connect and load their shards.
   double startup_timeout_s = 600.0;
 };

@@ -32,6 +32,7 @@ struct Spec {
   int rank = 0, world_size = 0;
   std::string group, step_channel, model, load_format, device, dtype;
   int64_t max_model_len = 0;
+  bool enable_expert_parallel = false;
 };
 
 Expected<Spec> parse_spec(const std::string& text) {
@@ -48,6 +49,7 @@ Expected<Spec> parse_spec(const std::string& text) {
     s.device = j.at("device").get<std::string>();
     s.dtype = j.at("dtype").get<std::string>();
     s.max_model_len = j.at("max_model_len").get<int64_t>();
+    s.enable_expert_parallel = j.at("enable_expert_parallel").get<bool>();
   } catch (const nlohmann::json::exception& e) {
     return make_error(ErrorCode::kInvalidFormat, "rank 0's spec: {}", e.what());
   }
@@ -109,6 +111,7 @@ class Worker {
     load.device = placement.first;
     load.dtype = placement.second;
     load.comm = comm_;
+    load.enable_expert_parallel = spec.enable_expert_parallel;
     auto model = load_model(spec.model, load);
     if (!model) return model.status().with_context("cannot load model");
     VLLM_RETURN_IF_ERROR(socket_.send_frame(nlohmann::json({{"ready", true}}).dump()));

@@ -189,10 +189,16 @@ Expected<std::unique_ptr<WorkerGroup>> WorkerGroup::start(const ParallelConfig& 
     ++connected;
   }
   for (Worker& w : g->workers_) {
-    const nlohmann::json spec = {
-        {"rank", w.rank},          {"world_size", world}, {"group", g->shm_->name()},
-        {"step_channel", channel}, {"model", load.model}, {"load_format", load.load_format},
-        {"device", load.device},   {"dtype", load.dtype}, {"max_model_len", load.max_model_len}};
+    const nlohmann::json spec = {{"rank", w.rank},
+                                 {"world_size", world},
+                                 {"group", g->shm_->name()},
+                                 {"step_channel", channel},
+                                 {"model", load.model},
+                                 {"load_format", load.load_format},
+                                 {"device", load.device},
+                                 {"dtype", load.dtype},
+                                 {"max_model_len", load.max_model_len},
+                                 {"enable_expert_parallel", load.enable_expert_parallel}};
     VLLM_RETURN_IF_ERROR(w.socket.send_frame(spec.dump()));
   }
   if (channel == "tcp") {

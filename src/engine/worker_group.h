@@ -52,6 +52,7 @@ struct WorkerLoadSpec {
   std::string device = "cpu";
   std::string dtype = "auto";
   int64_t max_model_len = 0;
+  bool enable_expert_parallel = false;
 };
 
 class WorkerGroup {

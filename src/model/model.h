@@ -61,6 +61,9 @@ struct LoadOptions {
   // Tensor parallelism: this rank's communicator, which the runtime takes; the model then
   // loads and runs this rank's shard (model/tensor_parallel.h). Null: one rank.
   std::shared_ptr<parallel::Communicator> comm;
+  // vLLM's --enable-expert-parallel: with tensor parallelism, MoE layers place whole experts
+  // per rank instead of splitting each expert (model/layers/moe.h).
+  bool enable_expert_parallel = false;
 };
 
 class Model {

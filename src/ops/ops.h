@@ -129,6 +129,10 @@ Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t to
 struct MoeWeights {
   Tensor gate_up;  // [E, 2I, H]: expert e's gate rows [0, I), then its up rows [I, 2I)
   Tensor down;     // [E, H, I]
+  // Expert parallelism: the stack holds experts [first_expert, first_expert + E) of the
+  // router's num_experts (0: E); tokens routed to other experts are another rank's. CPU only.
+  int64_t first_expert = 0;
+  int64_t num_experts = 0;
 };
 // The shared expert's contribution, which moe_experts adds: sigmoid(gate[t]) * out[t].
 struct MoeSharedExpert {

@@ -3,8 +3,11 @@
 // made up as dummy weights (model/weights.h), and the vocab-parallel embedding op.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
+#include <utility>
 
+#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "base/float_convert.h"
 #include "loader/safetensors_writer.h"
@@ -105,6 +108,44 @@ TEST(TensorParallelLayout, VocabParallelEmbeddingZeroesOtherRanksTokens) {
   for (int i = 0; i < 8; ++i) EXPECT_EQ(out.data<float>()[i], want[i]) << i;
   ids.data<int64_t>()[1] = 10;  // outside the vocabulary, not merely the shard
   EXPECT_FALSE(cpu::embedding_shard(ids, table, 4, 10, out).is_ok());
+}
+
+// Expert parallelism's op: experts split over "ranks" (stacks of a range of the experts),
+// each computing only the pairs routed to its own, sum to the result of all of them.
+TEST(TensorParallelLayout, ExpertRangesSumToAllExperts) {
+  const int64_t tokens = 5, hidden = 8, inter = 6, experts = 5, k = 2;
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto random = [&](const Shape& shape) {
+    Tensor t = Tensor::empty(shape, DType::kF32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+    return t;
+  };
+  Tensor x = random({tokens, hidden}), gate_up = random({experts, 2 * inter, hidden});
+  Tensor down = random({experts, hidden, inter}), weights = random({tokens, k});
+  Tensor ids = Tensor::empty({tokens, k}, DType::kI64);
+  for (int64_t i = 0; i < tokens * k; ++i) ids.data<int64_t>()[i] = (3 * i + 1) % experts;
+  Tensor scratch = Tensor::empty(
+      {static_cast<int64_t>(cpu::moe_experts_scratch_bytes(tokens, k, hidden, inter, experts))},
+      DType::kU8);
+  Tensor all = Tensor::empty({tokens, hidden}, DType::kF32);
+  ASSERT_TRUE(cpu::moe_experts_stacked(x, gate_up, down, weights, ids, scratch, all).is_ok());
+  Tensor sum = Tensor::zeros({tokens, hidden}, DType::kF32);
+  for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 3}, {3, 2}}) {
+    Tensor part = Tensor::empty({tokens, hidden}, DType::kF32);
+    ASSERT_TRUE(cpu::moe_experts_stacked(x, gate_up.slice(0, first, first + count),
+                                         down.slice(0, first, first + count), weights, ids, scratch,
+                                         part, first, experts)
+                    .is_ok());
+    for (int64_t i = 0; i < tokens * hidden; ++i) sum.data<float>()[i] += part.data<float>()[i];
+  }
+  for (int64_t i = 0; i < tokens * hidden; ++i) {
+    EXPECT_NEAR(sum.data<float>()[i], all.data<float>()[i], 1e-5f) << i;
+  }
+  Tensor part = Tensor::empty({tokens, hidden}, DType::kF32);
+  EXPECT_FALSE(cpu::moe_experts_stacked(x, gate_up.slice(0, 3, 5), down.slice(0, 3, 5), weights,
+                                        ids, scratch, part, 4, experts)
+                   .is_ok());  // [4, 6) is not a range of 5 experts
 }
 
 class WeightSlices : public ::testing::Test {

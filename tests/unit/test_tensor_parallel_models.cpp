@@ -8,9 +8,9 @@
 // (each rank sums its slice, the all-reduce sums the ranks) and nothing else; everything
 // replicated is computed from the same bits on every rank. So the difference is f32 rounding:
 // a few ulps (~1e-7 relative) per reduction, carried through a few random-weight layers.
-// Measured worst cases are 1e-6 or below (printed by each test); kLogitsTolerance = 1e-5
-// leaves a 10x margin while anything wrong in the sharding (a misplaced head, a missing
-// all-reduce, a bias added twice) is off by 1e-2 or more.
+// Measured worst cases are about 2e-6 (printed by each test); kLogitsTolerance = 1e-5 leaves
+// a 5x margin, while a sharding mistake is off by far more (KV heads handed to the wrong
+// ranks, tried on purpose: 1e-1 to 3e-1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,13 +70,14 @@ struct Comparison {
 // Prefill + `steps` greedy decode steps of each prompt, two prompts batched together, on
 // one rank and on `tp`; the logits of every row compared.
 void compare(const fs::path& dir, int tp, int steps, const std::string& load_format = "auto",
-             const std::string& step_channel = "", std::string label = "") {
+             const std::string& step_channel = "", std::string label = "",
+             bool expert_parallel = false) {
   if (label.empty()) label = dir.filename().string();
   LoadOptions one;
   one.load_format = load_format;
   auto single = load_model(dir, one);
   ASSERT_TRUE(single.has_value()) << single.status().to_string();
-  auto sharded = testing::TpModel::start(dir, tp, load_format, step_channel);
+  auto sharded = testing::TpModel::start(dir, tp, load_format, step_channel, expert_parallel);
   ASSERT_TRUE(sharded);
   const int64_t vocab = (*single)->config().vocab_size;
   const auto prompts = reference_prompts(dir, 2);
@@ -207,6 +208,20 @@ INSTANTIATE_TEST_SUITE_P(
         FourWayCase{"moe_fused_experts", testing::HybridSpec::Family::kQwen3_5Moe, true},
         FourWayCase{"next_fused_gdn", testing::HybridSpec::Family::kQwen3Next, false}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// --enable-expert-parallel: whole experts per rank (vLLM's linear placement), here also
+// an uneven one (6 experts over 4 ranks: 2, 2, 1, 1).
+TEST(TensorParallel, ExpertParallelMatchesOneRank) {
+  compare(golden("qwen3_5_moe"), 2, 8, "auto", "", "qwen3_5_moe EP", true);
+  compare(golden("qwen3_next"), 2, 8, "auto", "", "qwen3_next EP", true);
+  compare(fs::path(VLLM_SOURCE_DIR) / "models" / "qwen35-moe-demo", 2, 4, "auto", "", "demo EP",
+          true);
+  testing::TempDir dir("tp4ep");
+  testing::HybridSpec spec;
+  spec.family = testing::HybridSpec::Family::kQwen3_5Moe;
+  ASSERT_TRUE(testing::HybridCheckpointWriter(spec, four_way_dims()).write(dir.path()).is_ok());
+  compare(dir.path(), 4, 4, "auto", "", "hybrid_moe EP", true);
+}
 
 // Shapes that do not divide are refused before any worker starts, naming the dimension.
 TEST(TensorParallel, IndivisibleShapesAreErrorsNamingTheDimension) {

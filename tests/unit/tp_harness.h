@@ -33,11 +33,13 @@ class TpModel {
   // Null (with a test failure) if the group or rank 0's shard cannot start.
   static std::unique_ptr<TpModel> start(const std::filesystem::path& dir, int tp,
                                         const std::string& load_format = "auto",
-                                        const std::string& step_channel = "") {
+                                        const std::string& step_channel = "",
+                                        bool expert_parallel = false) {
     auto out = std::unique_ptr<TpModel>(new TpModel());
     engine::WorkerLoadSpec spec;
     spec.model = dir.string();
     spec.load_format = load_format;
+    spec.enable_expert_parallel = expert_parallel;
     auto group = engine::WorkerGroup::start(tp_config(tp, step_channel), spec);
     EXPECT_TRUE(group.has_value()) << group.status().to_string();
     if (!group) return nullptr;
@@ -45,6 +47,7 @@ class TpModel {
     LoadOptions load;
     load.load_format = load_format;
     load.comm = out->workers_->communicator();
+    load.enable_expert_parallel = expert_parallel;
     auto model = load_model(dir, load);
     EXPECT_TRUE(model.has_value()) << model.status().to_string();
     if (!model) return nullptr;

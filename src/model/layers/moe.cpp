@@ -1,5 +1,6 @@
 #include "model/layers/moe.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "model/tensor_parallel.h"
@@ -81,8 +82,8 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
     // On CUDA a shared expert of the routed experts' shape runs as one more expert (E): its
     // gate's sigmoid is the weight of a (k + 1)-th routing slot (cuda::moe_route), so it
     // costs no launches of its own. The CPU keeps it apart, as the reference.
-    shared_in_experts_ =
-        ctx.is_cuda() && gate_in_router_ && spec.shared_intermediate_size == spec.intermediate_size;
+    shared_in_experts_ = ctx.is_cuda() && gate_in_router_ && !expert_parallel() &&
+                         spec.shared_intermediate_size == spec.intermediate_size;
   }
   VLLM_RETURN_IF_ERROR(load_experts(w, m, ctx));
   if (shared_in_experts_) {
@@ -102,6 +103,7 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
 Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecContext& ctx) {
   const int64_t hidden = spec_.hidden_size, experts = spec_.num_experts;
   const int64_t inter = spec_.intermediate_size;
+  if (expert_parallel()) return load_local_experts(w, m, ctx);
   const int64_t slots = experts + (shared_in_experts_ ? 1 : 0);
   // Tensor parallelism: every rank holds every expert's slice of the intermediate features.
   VLLM_ASSIGN_OR_RETURN(ShardRange part, tp_split(ctx, inter, "moe_intermediate_size"));
@@ -172,10 +174,60 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
   return Status::ok();
 }
 
+Status MoeLayer::load_local_experts(WeightSource& w, const std::string& m, const ExecContext& ctx) {
+  const int64_t hidden = spec_.hidden_size, experts = spec_.num_experts;
+  const int64_t inter = spec_.intermediate_size, ranks = ctx.tp_size(), rank = ctx.tp_rank();
+  if (experts < ranks) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "expert parallelism: num_experts ({}) is below --tensor-parallel-size {}; "
+                      "every rank needs an expert",
+                      experts, ranks);
+  }
+  // vLLM's linear placement: experts / ranks each, the remainder to the first ranks.
+  const int64_t base = experts / ranks, remainder = experts % ranks;
+  const int64_t count = base + (rank < remainder ? 1 : 0);
+  const int64_t first = rank * base + std::min(rank, remainder);
+  experts_.first_expert = first;
+  experts_.num_experts = experts;
+  if (w.contains(m + "experts.gate_up_proj")) {
+    const WeightSlice mine{0, first, first + count};
+    VLLM_ASSIGN_OR_RETURN(experts_.gate_up, w.get_slice(m + "experts.gate_up_proj",
+                                                        {experts, 2 * inter, hidden}, mine));
+    VLLM_ASSIGN_OR_RETURN(experts_.down,
+                          w.get_slice(m + "experts.down_proj", {experts, hidden, inter}, mine));
+  } else {
+    const std::string extra = m + "experts." + std::to_string(experts) + ".gate_proj.weight";
+    if (w.contains(extra)) {
+      return make_error(ErrorCode::kInvalidFormat,
+                        "tensor '{}' is in the checkpoint, but config.json has num_experts = {}",
+                        extra, experts);
+    }
+    ExpertStack gate_up(m + "experts.gate_up_proj", {count, 2 * inter, hidden});
+    ExpertStack down(m + "experts.down_proj", {count, hidden, inter});
+    for (int64_t e = first; e < first + count; ++e) {
+      VLLM_RETURN_IF_ERROR(
+          put_mlp(w, m + "experts." + std::to_string(e) + ".", e - first, ctx, gate_up, down));
+    }
+    experts_.gate_up = gate_up.take();
+    experts_.down = down.take();
+  }
+  if (experts_.down.dtype() != experts_.gate_up.dtype()) {
+    return make_error(ErrorCode::kUnsupported,
+                      "{}experts: the down projections have dtype {} but the gate and up "
+                      "projections have {}; they must match",
+                      m, dtype_name(experts_.down.dtype()), dtype_name(experts_.gate_up.dtype()));
+  }
+  return Status::ok();
+}
+
 Status MoeLayer::put_mlp(WeightSource& w, const std::string& x, int64_t slot,
                          const ExecContext& ctx, ExpertStack& gate_up, ExpertStack& down) const {
   const int64_t hidden = spec_.hidden_size, inter = spec_.intermediate_size;
-  VLLM_ASSIGN_OR_RETURN(ShardRange part, tp_split(ctx, inter, "moe_intermediate_size"));
+  // Whole experts under expert parallelism, else this rank's slice of every expert.
+  ShardRange part{0, inter};
+  if (!expert_parallel()) {
+    VLLM_ASSIGN_OR_RETURN(part, tp_split(ctx, inter, "moe_intermediate_size"));
+  }
   const WeightSlice rows{0, part.begin, part.end};
   {
     VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get_slice(x + "gate_proj.weight", {inter, hidden}, rows));

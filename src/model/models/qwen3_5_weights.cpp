@@ -143,6 +143,7 @@ Status HybridModel::load(WeightSource& source, const LoadOptions& options) {
   moe.intermediate_size = c.moe_intermediate_size;
   moe.shared_intermediate_size = c.shared_expert_intermediate_size;
   moe.renormalize = variant_.sparse == HybridVariant::Sparse::kAll || c.norm_topk_prob;
+  moe.expert_parallel = options.enable_expert_parallel && ctx.tp_size() > 1;
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   num_attention_layers_ = num_linear_layers_ = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
