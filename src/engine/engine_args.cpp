@@ -98,7 +98,11 @@ Expected<LoadedEngine> build_engine(const EngineArgs& args) {
     load.enable_expert_parallel = args.parallel.enable_expert_parallel;
   }
   auto model = load_model(args.model, load);
-  if (!model) return model.status().with_context("cannot load model");
+  if (!model) {
+    // The workers need not finish loading: the group goes down at once.
+    if (workers) workers->abort(model.status());
+    return model.status().with_context("cannot load model");
+  }
   if (workers) {
     Status ready = workers->wait_ready();
     if (!ready.is_ok()) return ready.with_context("cannot load model");

@@ -219,14 +219,20 @@ WorkerGroup::~WorkerGroup() {
     stopping_ = true;
     healthy = failure_.is_ok();
   }
-  if (healthy && channel_ != nullptr) {
+  // In order: the shutdown message, and the workers exit once they have read it. Otherwise
+  // (a failure, or a start that did not finish): abort the group and close the connections,
+  // which every worker watches, so they exit at once wherever they are.
+  const bool orderly = healthy && channel_ != nullptr;
+  if (orderly) {
     StepMessage bye;
     bye.kind = StepKind::kShutdown;
     (void)channel_->publish(encode_step_message(bye));
-  } else if (comm_ != nullptr) {
-    comm_->abort("rank 0 is shutting the tensor-parallel group down");
+  } else {
+    if (comm_ != nullptr) comm_->abort("rank 0 is shutting the tensor-parallel group down");
+    stop_monitor();
+    for (Worker& w : workers_) w.socket.close();
   }
-  const auto grace = parallel::Clock::now() + (healthy ? kShutdownGrace : kAbortGrace);
+  const auto grace = parallel::Clock::now() + (orderly ? kShutdownGrace : kAbortGrace);
   for (Worker& w : workers_) {
     if (w.pid <= 0 || w.reaped) continue;
     int status = 0;
