@@ -17,6 +17,22 @@ Per model it writes <out>/<name>/: config.json, generation_config.json, model*.s
 checkpoint is loaded back with from_pretrained and compared parameter by parameter with the
 in-memory model before any reference is computed from it, which proves that transformers
 reads the layout we wrote. See tests/golden/README.md for the format.
+
+Block-scaled FP8 models (qwen3_5_moe_fp8, qwen3_5_dense_fp8) are written as Qwen publishes
+its FP8 checkpoints: config.json with a quantization_config (quant_method "fp8",
+activation_scheme "dynamic", weight_block_size, modules_to_not_convert), each quantized
+linear weight X as float8_e4m3fn beside its float32 scales X_scale_inv (one per block,
+w = fp8(X) * X_scale_inv[n // bn][k // bk]), every other tensor in bfloat16. Weights are drawn
+as for the float models, rounded to bfloat16, and the linear ones quantized by vLLM's online
+block rule (per_block_cast_to_fp8: amax clamped to 1e-4, scale amax / 448, round to nearest
+even). The reference is the model run in float32 on the dequantized weights (its
+"dequantized twin", loaded by transformers from a float32 copy of the checkpoint). The FP8
+checkpoint itself is then loaded with transformers' own FP8 support (on a CPU it dequantizes
+at load): its parameters must equal the twin's bit for bit; if that loader cannot run here,
+or dequantizes through bfloat16, the twin remains the reference and reference_info.json
+says so (--fp8-reference twin skips the check). The dims are multiples of the block (or
+smaller than it), because transformers derives an FP8 weight's block from the shapes of the
+weight and its scale grid; partial edge blocks are covered by the C++ unit tests.
 """
 
 import argparse
@@ -31,6 +47,9 @@ import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# CPU only: the references are float32 CPU computations, and transformers dequantizes an FP8
+# checkpoint at load (what the FP8 check below compares) only where it sees no GPU.
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 # Optional fast kernels would replace transformers' pure-torch paths (and need a GPU).
 # Hide them if present so the reference is the torch fallback on the CPU.
@@ -53,6 +72,10 @@ import transformers  # noqa: E402
 
 PROMPT_LENGTHS = [5, 13, 29, 70]  # 70 > 64: chunked GDN prefill crosses a chunk boundary
 NUM_GREEDY = 32
+# The FP8 models use fewer references to stay within the folder's size limit.
+FP8_PROMPT_LENGTHS = [5, 13, 70]
+FP8_NUM_GREEDY = 16
+FP8_BLOCK = [16, 32]  # weight_block_size [rows, columns]: several blocks per tiny matrix
 MARGIN_THRESHOLD = 1e-3
 SIZE_LIMIT = 10_000_000
 
@@ -298,6 +321,57 @@ def llama_config():
     }
 
 
+def qwen3_5_moe_fp8_config():
+    """Qwen3.5 MoE (ConditionalGeneration, as Qwen3.5-397B-A17B-FP8) with every quantized
+    matrix's dims a multiple of FP8_BLOCK (in_proj_b / in_proj_a stay bfloat16, as shipped)."""
+    cfg = qwen3_5_moe_config()
+    vocab, hidden = 131, 64
+    t = cfg["text_config"]
+    t.update({
+        "dtype": "bfloat16",
+        "eos_token_id": vocab - 1,
+        "head_dim": 32,                  # q_proj [256, 64], k/v [64, 64], o_proj [64, 128]
+        "hidden_size": hidden,
+        "linear_key_head_dim": 16,       # in_proj_qkv [128, 64], in_proj_z [64, 64]
+        "linear_value_head_dim": 16,     # out_proj [64, 64]
+        "moe_intermediate_size": 32,     # experts: gate/up [32, 64], down [64, 32]
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "shared_expert_intermediate_size": 32,
+        "vocab_size": vocab,
+    })
+    t["rope_parameters"]["mrope_section"] = [2, 1, 1]  # rotary_dim / 2 = 32 * 0.25 / 2
+    cfg.update({
+        "image_token_id": vocab - 5,
+        "video_token_id": vocab - 4,
+        "vision_end_token_id": vocab - 6,
+        "vision_start_token_id": vocab - 7,
+    })
+    v = cfg["vision_config"]
+    v.update({"hidden_size": 16, "intermediate_size": 32, "out_hidden_size": hidden})
+    return cfg
+
+
+def qwen3_5_dense_fp8_config():
+    """Qwen3.5 dense (as Qwen3.5-27B-FP8) with the quantized matrices' dims multiples of
+    FP8_BLOCK; in_proj_b / in_proj_a [4, 64] are FP8 too here (one block row each)."""
+    cfg = qwen3_5_dense_config()
+    vocab = 127
+    cfg.update({
+        "dtype": "bfloat16",
+        "eos_token_id": vocab - 1,
+        "head_dim": 32,                  # q_proj [256, 64], k/v [64, 64], o_proj [64, 128]
+        "hidden_size": 64,
+        "intermediate_size": 96,         # gate/up [96, 64], down [64, 96]
+        "linear_key_head_dim": 16,       # in_proj_qkv [128, 64]
+        "linear_value_head_dim": 16,     # in_proj_z [64, 64], out_proj [64, 64]
+        "num_attention_heads": 4,
+        "vocab_size": vocab,
+    })
+    cfg["rope_parameters"]["mrope_section"] = [2, 1, 1]
+    return cfg
+
+
 # family: "qwen3_5" / "qwen3_next" use RMSNorm (1 + w); the others multiply by w.
 MODELS = {
     "qwen3_5_dense": dict(make=qwen3_5_dense_config, family="qwen3_5", seed=1001,
@@ -310,6 +384,14 @@ MODELS = {
                   shards=1),
     "llama": dict(make=llama_config, family="plain", seed=1005, experts="none", mtp=False,
                   shards=1),
+    # Block-scaled FP8 (see the module docstring). Per-expert names: what the FP8 checkpoints
+    # and transformers' save_pretrained write, and the layout its FP8 loader maps.
+    "qwen3_5_moe_fp8": dict(make=qwen3_5_moe_fp8_config, family="qwen3_5", seed=1006,
+                            experts="per_expert", mtp=False, shards=1,
+                            fp8=dict(block=FP8_BLOCK, quantize_ba=False)),
+    "qwen3_5_dense_fp8": dict(make=qwen3_5_dense_fp8_config, family="qwen3_5", seed=1007,
+                              experts="none", mtp=False, shards=1,
+                              fp8=dict(block=FP8_BLOCK, quantize_ba=True)),
 }
 
 
@@ -732,7 +814,225 @@ def build_model(name, spec, out_root):
     return cfg, reloaded, mdir
 
 
-def make_references(name, spec, cfg, model, mdir):
+# ----------------------------------------------------------------------------------------
+# Block-scaled FP8
+# ----------------------------------------------------------------------------------------
+
+FP8_LINEAR_SUFFIXES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                       "in_proj_qkv.weight", "in_proj_z.weight", "in_proj_qkvz.weight",
+                       "out_proj.weight", "gate_proj.weight", "up_proj.weight",
+                       "down_proj.weight", "experts.gate_up_proj", "experts.down_proj")
+FP8_BA_SUFFIXES = ("in_proj_b.weight", "in_proj_a.weight", "in_proj_ba.weight")
+
+
+def fp8_quantized(name, tensor, fp8):
+    """The tensors Qwen's FP8 checkpoints quantize: attention, GDN projections (in_proj_b /
+    in_proj_a only with quantize_ba), MLP, shared expert and expert weights. Not the
+    embeddings, lm_head, norms, router (mlp.gate), shared_expert_gate, conv1d, vision, mtp."""
+    if tensor.dim() < 2 or name.startswith("mtp.") or ".visual." in name:
+        return False
+    suffixes = FP8_LINEAR_SUFFIXES + (FP8_BA_SUFFIXES if fp8["quantize_ba"] else ())
+    return name.endswith(suffixes)
+
+
+def fp8_quantize_blocks(w, block):
+    """vLLM's per_block_cast_to_fp8 (vllm/utils/deep_gemm.py, used by its online block FP8),
+    also for [E, N, K] stacks: per block of block[0] rows x block[1] columns, amax in float32
+    clamped to 1e-4, scale_inv = amax / 448, q = e4m3(x * (1 / scale_inv)), round to nearest
+    even. Partial edge blocks are the blocks of the elements they hold (zero padding)."""
+    bn, bk = block
+    *lead, n, k = w.shape
+    nb, kb = -(-n // bn), -(-k // bk)
+    padded = torch.zeros(*lead, nb * bn, kb * bk, dtype=torch.float32)
+    padded[..., :n, :k] = w.float()
+    view = padded.view(*lead, nb, bn, kb, bk)
+    amax = view.abs().amax(dim=(-3, -1), keepdim=True).clamp(min=1e-4)
+    scale_inv = amax / 448.0
+    q = (view * (1.0 / scale_inv)).to(torch.float8_e4m3fn)
+    q = q.view(*lead, nb * bn, kb * bk)[..., :n, :k].contiguous()
+    return q, scale_inv.view(*lead, nb, kb).contiguous()
+
+
+def fp8_dequantize_blocks(q, scale_inv, block):
+    """The definition the engine implements: w[n][k] = fp8(q[n][k]) * scale_inv[n//bn][k//bk],
+    the product rounded once in float32."""
+    bn, bk = block
+    n, k = q.shape[-2:]
+    s = scale_inv.float().repeat_interleave(bn, dim=-2)[..., :n, :]
+    s = s.repeat_interleave(bk, dim=-1)[..., :k]
+    return (q.float() * s).contiguous()
+
+
+def fp8_modules_to_not_convert(model, quantized_names):
+    """Like the shipped file's list: every module holding a 2-D+ `weight` that stays
+    unquantized (embeddings, lm_head, conv1d, routers, gates, the vision tower, ...)."""
+    out = []
+    for mname, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if isinstance(w, torch.nn.Parameter) and w.dim() >= 2 and \
+                f"{mname}.weight" not in quantized_names:
+            out.append(mname)
+    return sorted(out)
+
+
+def params_equal(a, b):
+    """(bit-identical, max relative difference, first differing names) of two state_dicts."""
+    worst, bad = 0.0, []
+    for k, v in a.items():
+        if k not in b or tuple(b[k].shape) != tuple(v.shape):
+            bad.append(f"{k} (missing or shape)")
+            continue
+        d = (v.float() - b[k].float()).abs()
+        if v.numel() and float(d.max()) > 0:
+            rel = float(d.max() / b[k].float().abs().max().clamp_min(1e-30))
+            worst = max(worst, rel)
+            bad.append(f"{k} max rel diff {rel:.2e}")
+    return not bad, worst, bad[:8]
+
+
+def load_fp8_model(cls, mdir, block):
+    """transformers' own loading of the FP8 checkpoint, asking it to dequantize (to the
+    float32 parameters) where its FineGrainedFP8Config takes that option."""
+    kwargs = dict(attn_implementation="eager", output_loading_info=True)
+    try:
+        from transformers import FineGrainedFP8Config
+        kwargs["quantization_config"] = FineGrainedFP8Config(weight_block_size=tuple(block),
+                                                             dequantize=True)
+    except Exception as exc:  # older transformers: the checkpoint's config alone
+        print(f"FineGrainedFP8Config(dequantize=True) unavailable ({exc}); loading as is")
+    try:
+        return cls.from_pretrained(mdir, dtype=torch.float32, **kwargs)
+    except TypeError:
+        return cls.from_pretrained(mdir, torch_dtype=torch.float32, **kwargs)
+
+
+def build_fp8_model(name, spec, out_root, fp8_reference):
+    """Writes the FP8 checkpoint of spec's model to <out_root>/<name> and returns (cfg,
+    reference model, folder, notes for reference_info.json); see the module docstring."""
+    fp8 = spec["fp8"]
+    block = list(fp8["block"])
+    cfg = spec["make"]()
+    t = text_cfg(cfg)
+    cls = getattr(transformers, cfg["architectures"][0])
+    mdir = os.path.join(out_root, name)
+    shutil.rmtree(mdir, ignore_errors=True)
+    os.makedirs(mdir)
+    cfg.setdefault("transformers_version", transformers.__version__)
+    gen_cfg = {"do_sample": False, "eos_token_id": t["eos_token_id"],
+               "transformers_version": transformers.__version__}
+    if "bos_token_id" in t:
+        gen_cfg["bos_token_id"] = t["bos_token_id"]
+
+    def write_configs(d, config_dict):
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(config_dict, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(d, "generation_config.json"), "w") as f:
+            json.dump(gen_cfg, f, indent=2)
+            f.write("\n")
+
+    write_configs(mdir, cfg)  # without quantization_config until the model lists its modules
+    config = transformers.AutoConfig.from_pretrained(mdir)
+    torch.manual_seed(spec["seed"])
+    model = cls._from_config(config, attn_implementation="eager").float().eval()
+    tied = model.get_input_embeddings().weight.data_ptr() == \
+        model.get_output_embeddings().weight.data_ptr()
+    if tied:
+        raise RuntimeError("the FP8 goldens assume untied embeddings")
+    init_weights(model, spec["family"], t["hidden_size"], tied)
+    with torch.no_grad():  # the values a bfloat16 checkpoint holds
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+
+    sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    shipped, notes = to_shipped_layout(sd, spec, cfg)
+    for n in notes:
+        print(f"[{name}] layout: {n}")
+    fp8_tensors, twin, quantized = {}, {}, []
+    for tname, w in shipped.items():
+        if fp8_quantized(tname, w, fp8):
+            q, scale_inv = fp8_quantize_blocks(w, block)
+            fp8_tensors[tname] = q
+            fp8_tensors[tname + "_scale_inv"] = scale_inv
+            twin[tname] = fp8_dequantize_blocks(q, scale_inv, block)
+            quantized.append(tname)
+        else:
+            fp8_tensors[tname] = w.to(torch.bfloat16).contiguous()  # exact: bf16 values
+            twin[tname] = w.float().contiguous()
+    n_blocks = sum(int(fp8_tensors[n + "_scale_inv"].numel()) for n in quantized)
+    print(f"[{name}] FP8: {len(quantized)} quantized tensors in {block[0]}x{block[1]} blocks "
+          f"({n_blocks} scales), {len(shipped) - len(quantized)} bfloat16 tensors")
+    for tname in sorted(quantized)[:6]:
+        print(f"[{name}]   {tname} {list(fp8_tensors[tname].shape)} scales "
+              f"{list(fp8_tensors[tname + '_scale_inv'].shape)}")
+
+    qcfg = {"activation_scheme": "dynamic",
+            "modules_to_not_convert": fp8_modules_to_not_convert(model, set(quantized)),
+            "quant_method": "fp8",
+            "weight_block_size": block}
+    fp8_cfg = dict(cfg)
+    fp8_cfg["quantization_config"] = qcfg
+    write_configs(mdir, fp8_cfg)
+    files = write_checkpoint(mdir, fp8_tensors, spec["shards"])
+    print(f"[{name}] wrote {files}; modules_to_not_convert {qcfg['modules_to_not_convert'][:8]}"
+          f"... ({len(qcfg['modules_to_not_convert'])})")
+    del model
+
+    # The reference: transformers on the dequantized twin, from a float32 copy.
+    info = {"fp8_weight_block_size": block, "fp8_quantized_tensors": len(quantized),
+            "fp8_quantizer": "vLLM per_block_cast_to_fp8 (amax clamp 1e-4, amax / 448, RNE)"}
+    with tempfile.TemporaryDirectory() as tmp:
+        write_configs(tmp, cfg)
+        write_checkpoint(tmp, twin, 1)
+        reference, load_info = load_model(cls, tmp)
+    reference = reference.float().eval()
+    if load_info.get("missing_keys") or load_info.get("mismatched_keys"):
+        raise RuntimeError(f"twin reload: missing {load_info.get('missing_keys')}, mismatched "
+                           f"{load_info.get('mismatched_keys')}")
+    twin_sd = reference.state_dict()
+    info["reference"] = "float32 dequantized twin"
+
+    if fp8_reference == "twin":
+        info["transformers_fp8_load"] = "skipped (--fp8-reference twin)"
+        return cfg, reference, mdir, info
+    try:
+        loaded, fp8_info = load_fp8_model(cls, mdir, block)
+    except Exception as exc:  # no FP8 support in this transformers, or not on this machine
+        info["transformers_fp8_load"] = f"failed: {type(exc).__name__}: {exc}"[:400]
+        print(f"[{name}] transformers' FP8 loader failed ({type(exc).__name__}: {exc}); the "
+              f"reference is the dequantized twin")
+        return cfg, reference, mdir, info
+    kept = sorted({str(p.dtype) for p in loaded.parameters()} - {"torch.float32"})
+    if kept:
+        info["transformers_fp8_load"] = f"kept {kept} parameters (did not dequantize)"
+        print(f"[{name}] transformers' FP8 loader {info['transformers_fp8_load']}; the reference "
+              f"is the dequantized twin")
+        return cfg, reference, mdir, info
+    loaded = loaded.eval()
+    quantizer = getattr(loaded, "hf_quantizer", None)
+    print(f"[{name}] transformers FP8 load: quantizer {type(quantizer).__name__}, dequantize="
+          f"{getattr(getattr(quantizer, 'quantization_config', None), 'dequantize', None)}, "
+          f"missing={fp8_info.get('missing_keys')} unexpected="
+          f"{sorted(fp8_info.get('unexpected_keys') or [])[:8]}")
+    same, worst, bad = params_equal(twin_sd, loaded.state_dict())
+    if same and not fp8_info.get("missing_keys"):
+        info["transformers_fp8_load"] = "parameters bit-identical to the twin"
+        info["reference"] = "transformers FP8 loading (bit-identical to the dequantized twin)"
+        print(f"[{name}] transformers' FP8 loading gives the twin's parameters bit for bit")
+        del reference
+        return cfg, loaded, mdir, info
+    if not fp8_info.get("missing_keys") and worst <= 2.0 ** -8:
+        # Dequantized through bfloat16: not exact to the block definition; keep the twin.
+        info["transformers_fp8_load"] = (f"dequantizes through bfloat16 (max rel diff "
+                                         f"{worst:.2e}); the twin is the reference")
+        print(f"[{name}] {info['transformers_fp8_load']}")
+        return cfg, reference, mdir, info
+    raise RuntimeError(f"transformers' FP8 loading of {mdir} disagrees with the dequantized twin "
+                       f"(missing {fp8_info.get('missing_keys')}; {bad}): the checkpoint layout "
+                       f"or the scale definition is wrong")
+
+
+def make_references(name, spec, cfg, model, mdir, extra_info=None):
     t = text_cfg(cfg)
     for line in describe_paths(model):
         print(f"[{name}] path: {line}")
@@ -747,6 +1047,8 @@ def make_references(name, spec, cfg, model, mdir):
     print(f"[{name}] attn implementation: {getattr(model.config, '_attn_implementation', None)}")
 
     vocab = t["vocab_size"]
+    prompt_lengths = FP8_PROMPT_LENGTHS if "fp8" in spec else PROMPT_LENGTHS
+    num_greedy = FP8_NUM_GREEDY if "fp8" in spec else NUM_GREEDY
     gen = torch.Generator().manual_seed(spec["seed"] + 99)
     monitor = RouterGapMonitor(model, t.get("num_experts_per_tok", 0)) \
         if t.get("num_experts") else None
@@ -756,12 +1058,13 @@ def make_references(name, spec, cfg, model, mdir):
             "transformers_version": transformers.__version__,
             "torch_version": torch.__version__, "safetensors_version": safetensors.__version__,
             "blocked_optional_kernels": BLOCKED_MODULES, "prompts": []}
-    for i, plen in enumerate(PROMPT_LENGTHS):
+    info.update(extra_info or {})
+    for i, plen in enumerate(prompt_lengths):
         # Ids below vocab - 8 keep clear of the special ids placed at the top of the vocab.
         ids = torch.randint(0, vocab - 8, (1, plen), generator=gen, dtype=torch.int64)
         with torch.inference_mode():
             logits = model(input_ids=ids, use_cache=False).logits[0].float().contiguous()
-        toks, step_logits = greedy_cached(model, ids, NUM_GREEDY)
+        toks, step_logits = greedy_cached(model, ids, num_greedy)
         lp = step_logits.log_softmax(-1)
         top2 = lp.topk(2, dim=-1).values
         margins = (top2[:, 0] - top2[:, 1]).contiguous()
@@ -769,7 +1072,7 @@ def make_references(name, spec, cfg, model, mdir):
         full_ids = torch.cat([ids[0], toks[:-1]]).unsqueeze(0)
         with torch.inference_mode():
             full = model(input_ids=full_ids, use_cache=False).logits[0, plen - 1:].float()
-        cache_err = max(rel_l2(step_logits[j], full[j]) for j in range(NUM_GREEDY))
+        cache_err = max(rel_l2(step_logits[j], full[j]) for j in range(num_greedy))
         prefill_err = rel_l2(logits[-1], step_logits[0])
         verdict = generate_crosscheck(model, ids, toks, step_logits)
         tensors[f"prompt.{i}.token_ids"] = ids[0].clone()
@@ -824,6 +1127,9 @@ def main():
     ap.add_argument("--out", default="tests/golden")
     ap.add_argument("--models", default=",".join(MODELS),
                     help="comma-separated subset of: " + ", ".join(MODELS))
+    ap.add_argument("--fp8-reference", choices=("auto", "twin"), default="auto",
+                    help="FP8 models: auto checks transformers' own FP8 loading against the "
+                         "dequantized twin (and uses it when bit-identical); twin skips that")
     args = ap.parse_args()
 
     torch.set_default_dtype(torch.float32)
@@ -837,8 +1143,13 @@ def main():
         spec = MODELS[name]
         print(f"\n===== {name} =====")
         try:
-            cfg, model, mdir = build_model(name, spec, args.out)
-            make_references(name, spec, cfg, model, mdir)
+            if "fp8" in spec:
+                cfg, model, mdir, extra = build_fp8_model(name, spec, args.out,
+                                                          args.fp8_reference)
+                make_references(name, spec, cfg, model, mdir, extra)
+            else:
+                cfg, model, mdir = build_model(name, spec, args.out)
+                make_references(name, spec, cfg, model, mdir)
             print(f"[{name}] OK, {dir_size(mdir)} bytes")
         except Exception:
             traceback.print_exc()

@@ -10,6 +10,10 @@ void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
   cmd->add_option("--load-format", flags->load_format,
                   "auto | safetensors | dummy (random weights)")
       ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
+  cmd->add_option("--quantization", flags->quantization,
+                  "fp8: quantize a float checkpoint's linear weights to 128x128-block FP8 at "
+                  "load (FP8 checkpoints are read as they are without it); cpu only for now")
+      ->check(CLI::IsMember({"fp8"}));
   cmd->add_option("--max-num-seqs", flags->engine.scheduler.max_num_seqs)
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-num-batched-tokens", flags->engine.scheduler.max_num_batched_tokens)

@@ -19,7 +19,7 @@
 
 namespace vllm::cli {
 
-// --load-format --max-num-seqs --max-num-batched-tokens --max-model-len --block-size
+// --load-format --quantization --max-num-seqs --max-num-batched-tokens --max-model-len --block-size
 // --num-gpu-blocks-override --kv-cache-memory-bytes --[no-]enable-prefix-caching --device
 // --dtype --gpu-memory-utilization --mamba-cache-interval --mamba-cache-memory-fraction
 // --num-mamba-snapshots-override --enforce-eager --cuda-graph-sizes --tensor-parallel-size

@@ -77,6 +77,7 @@ Expected<std::unique_ptr<WorkerGroup>> start_workers(const EngineArgs& args, Dev
   spec.dtype = args.dtype;
   spec.max_model_len = args.max_model_len;
   spec.enable_expert_parallel = p.enable_expert_parallel;
+  spec.quantization = args.quantization;
   return WorkerGroup::start(p, spec);
 }
 
@@ -86,6 +87,7 @@ Expected<LoadedEngine> build_engine(const EngineArgs& args) {
   LoadOptions load;
   load.max_model_len = args.max_model_len;
   load.load_format = args.load_format;
+  load.quantization = args.quantization;
   VLLM_ASSIGN_OR_RETURN(auto placement, resolve_device(args.device, args.dtype));
   load.device = placement.first;
   load.dtype = placement.second;

@@ -22,6 +22,7 @@ namespace vllm::engine {
 struct EngineArgs {
   std::string model;                 // Hugging Face model folder
   std::string load_format = "auto";  // auto | safetensors | dummy
+  std::string quantization;          // "" | fp8 (vLLM's --quantization; see LoadOptions)
   std::string device = "auto";       // auto (cuda when a GPU is usable) | cuda | cpu
   std::string dtype = "auto";        // auto (bfloat16 on cuda, float32 on cpu) | bfloat16 | float32
   int64_t max_model_len = 0;         // 0: the config's max_position_embeddings

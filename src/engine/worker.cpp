@@ -33,6 +33,7 @@ struct Spec {
   std::string group, step_channel, model, load_format, device, dtype;
   int64_t max_model_len = 0;
   bool enable_expert_parallel = false;
+  std::string quantization;
 };
 
 Expected<Spec> parse_spec(const std::string& text) {
@@ -50,6 +51,7 @@ Expected<Spec> parse_spec(const std::string& text) {
     s.dtype = j.at("dtype").get<std::string>();
     s.max_model_len = j.at("max_model_len").get<int64_t>();
     s.enable_expert_parallel = j.at("enable_expert_parallel").get<bool>();
+    s.quantization = j.at("quantization").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     return make_error(ErrorCode::kInvalidFormat, "rank 0's spec: {}", e.what());
   }
@@ -112,6 +114,7 @@ class Worker {
     load.dtype = placement.second;
     load.comm = comm_;
     load.enable_expert_parallel = spec.enable_expert_parallel;
+    load.quantization = spec.quantization;
     auto model = load_model(spec.model, load);
     if (!model) return model.status().with_context("cannot load model");
     VLLM_RETURN_IF_ERROR(socket_.send_frame(nlohmann::json({{"ready", true}}).dump()));

@@ -198,7 +198,8 @@ Expected<std::unique_ptr<WorkerGroup>> WorkerGroup::start(const ParallelConfig& 
                                  {"device", load.device},
                                  {"dtype", load.dtype},
                                  {"max_model_len", load.max_model_len},
-                                 {"enable_expert_parallel", load.enable_expert_parallel}};
+                                 {"enable_expert_parallel", load.enable_expert_parallel},
+                                 {"quantization", load.quantization}};
     VLLM_RETURN_IF_ERROR(w.socket.send_frame(spec.dump()));
   }
   if (channel == "tcp") {

@@ -49,6 +49,7 @@ namespace vllm::engine {
 struct WorkerLoadSpec {
   std::string model;
   std::string load_format = "auto";
+  std::string quantization;  // "" | fp8
   std::string device = "cpu";
   std::string dtype = "auto";
   int64_t max_model_len = 0;

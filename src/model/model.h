@@ -52,6 +52,9 @@ struct LoadOptions {
   // vLLM's --load-format: "auto" / "safetensors" read the checkpoint; "dummy" makes up
   // random weights of the config's real shapes (config.json is all the folder needs).
   std::string load_format = "auto";
+  // vLLM's --quantization: "" (weights as the checkpoint stores them, FP8 ones included) or
+  // "fp8" (a float checkpoint's linear weights quantized at load to 128x128-block FP8; CPU).
+  std::string quantization;
   // Where the model runs. CPU: F32 activations (the reference). CUDA: activations (and the
   // KV cache) in `dtype` -- kBF16 by default, or kF32.
   Device device = Device::cpu();

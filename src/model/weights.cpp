@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "base/counter_rng.h"
 #include "base/float_convert.h"
 #include "ops/ops.h"
+#include "tensor/block_fp8.h"
 
 namespace vllm {
 namespace {
@@ -70,24 +72,143 @@ Expected<Tensor> contiguous_weight(const Tensor& t, const ExecContext* ctx) {
   return out;
 }
 
-Expected<Tensor> CheckpointWeights::get(const std::string& name, const Shape& shape) {
+Expected<LinearWeight> WeightSource::get_linear(const std::string& name, const Shape& shape) {
+  VLLM_ASSIGN_OR_RETURN(Tensor t, get(name, shape));
+  return LinearWeight(std::move(t));
+}
+
+Expected<LinearWeight> WeightSource::get_linear_slice(const std::string& name, const Shape& shape,
+                                                      const WeightSlice& slice) {
+  VLLM_RETURN_IF_ERROR(check_slice(name, shape, slice));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight w, get_linear(name, shape));
+  if (whole(shape, slice)) return w;
+  return slice_linear(name, w, slice);
+}
+
+std::string fp8_scale_name(const std::string& name) {
+  return name + "_scale_inv";
+}
+
+Expected<WeightBlock> fp8_weight_block(const QuantizationConfig& q) {
+  if (q.quant_method != "fp8") {
+    return make_error(ErrorCode::kUnsupported,
+                      "quantization_config.quant_method '{}' is not supported (block-scaled "
+                      "'fp8' checkpoints are)",
+                      q.quant_method);
+  }
+  if (!q.fmt.empty() && q.fmt != "e4m3") {
+    return make_error(ErrorCode::kUnsupported,
+                      "quantization_config.fmt '{}' is not supported (e4m3 is)", q.fmt);
+  }
+  if (!q.activation_scheme.empty() && q.activation_scheme != "dynamic") {
+    return make_error(ErrorCode::kUnsupported,
+                      "quantization_config.activation_scheme '{}' is not supported with "
+                      "block-scaled weights (dynamic is, as in vLLM)",
+                      q.activation_scheme);
+  }
+  if (q.weight_block_size.empty()) {
+    return make_error(ErrorCode::kUnsupported,
+                      "quantization_config has no weight_block_size: per-tensor FP8 scales are "
+                      "not supported, block-scaled ones (e.g. [128, 128]) are");
+  }
+  if (q.weight_block_size.size() != 2 || q.weight_block_size[0] <= 0 ||
+      q.weight_block_size[1] <= 0) {
+    return make_error(ErrorCode::kInvalidFormat,
+                      "quantization_config.weight_block_size {} must be two positive sizes",
+                      shape_to_string(q.weight_block_size));
+  }
+  return WeightBlock{q.weight_block_size[0], q.weight_block_size[1]};
+}
+
+Expected<Tensor> CheckpointWeights::read(const std::string& name, const Shape& shape) {
   VLLM_ASSIGN_OR_RETURN(Tensor t, checkpoint_.tensor(name));
   if (t.shape() != shape) {
     return make_error(ErrorCode::kInvalidFormat, "tensor '{}' has shape {}, expected {}", name,
                       shape_to_string(t.shape()), shape_to_string(shape));
   }
-  if (!dtype_is_float(t.dtype()) || t.dtype() == DType::kF64) {
+  const DType d = t.dtype();
+  if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16 && d != DType::kF8E4M3) {
     return make_error(ErrorCode::kUnsupported,
-                      "tensor '{}' has dtype {}; weights must be F32, "
-                      "BF16, F16 or FP8",
-                      name, dtype_name(t.dtype()));
+                      "tensor '{}' has dtype {}; weights must be F32, BF16, F16 or F8_E4M3 "
+                      "(with block scales)",
+                      name, dtype_name(d));
   }
   return t;
 }
 
+Expected<Tensor> CheckpointWeights::get(const std::string& name, const Shape& shape) {
+  VLLM_ASSIGN_OR_RETURN(Tensor t, read(name, shape));
+  if (t.dtype() == DType::kF8E4M3) {
+    return make_error(ErrorCode::kUnsupported,
+                      "tensor '{}' is F8_E4M3, but it is not the weight of a linear layer: only "
+                      "attention, Gated DeltaNet projection, MLP and expert weights may be FP8",
+                      name);
+  }
+  return t;
+}
+
+Expected<LinearWeight> CheckpointWeights::get_linear(const std::string& name, const Shape& shape) {
+  VLLM_ASSIGN_OR_RETURN(Tensor t, read(name, shape));
+  if (t.dtype() != DType::kF8E4M3) return LinearWeight(std::move(t));
+  if (!fp8_block_) {
+    return make_error(ErrorCode::kInvalidFormat,
+                      "tensor '{}' is F8_E4M3, but config.json has no quantization_config "
+                      "(quant_method \"fp8\" with weight_block_size) to say how it is scaled",
+                      name);
+  }
+  const std::string scale_name = fp8_scale_name(name);
+  if (!checkpoint_.contains(scale_name)) {
+    return make_error(ErrorCode::kInvalidFormat,
+                      "FP8 tensor '{}' has no scales: '{}' is not in the checkpoint", name,
+                      scale_name);
+  }
+  VLLM_ASSIGN_OR_RETURN(Tensor scales, checkpoint_.tensor(scale_name));
+  const Shape want = fp8_scale_shape(shape, *fp8_block_);
+  if (scales.shape() != want) {
+    return make_error(ErrorCode::kInvalidFormat,
+                      "tensor '{}' has shape {}, expected {}: one scale per {}x{} block "
+                      "(weight_block_size) of '{}' {}",
+                      scale_name, shape_to_string(scales.shape()), shape_to_string(want),
+                      fp8_block_->n, fp8_block_->k, name, shape_to_string(shape));
+  }
+  if (scales.dtype() == DType::kBF16 || scales.dtype() == DType::kF16) {
+    // Widened (exactly) once here; the kernels read F32 scales.
+    VLLM_ASSIGN_OR_RETURN(Tensor wide, Tensor::try_empty(scales.shape(), DType::kF32));
+    const auto* bits = scales.data<uint16_t>();
+    for (int64_t i = 0; i < scales.numel(); ++i) {
+      wide.data<float>()[i] =
+          scales.dtype() == DType::kBF16 ? bf16_to_f32(bits[i]) : f16_to_f32(bits[i]);
+    }
+    scales = wide;
+  } else if (scales.dtype() != DType::kF32) {
+    return make_error(ErrorCode::kUnsupported,
+                      "tensor '{}' has dtype {}; FP8 scales must be F32, BF16 or F16", scale_name,
+                      dtype_name(scales.dtype()));
+  }
+  return LinearWeight(std::move(t), std::move(scales), *fp8_block_);
+}
+
+Expected<LinearWeight> Fp8QuantizedWeights::get_linear(const std::string& name,
+                                                       const Shape& shape) {
+  VLLM_ASSIGN_OR_RETURN(LinearWeight w, inner_.get_linear(name, shape));
+  if (w.is_fp8()) return w;
+  if (w.device().is_meta()) {
+    return LinearWeight(
+        Tensor::empty(w.shape(), DType::kF8E4M3, Device::meta()),
+        Tensor::empty(fp8_scale_shape(w.shape(), block_), DType::kF32, Device::meta()), block_);
+  }
+  if (!w.device().is_cpu()) {
+    return make_error(ErrorCode::kUnsupported,
+                      "--quantization fp8 quantizes weights on the host, but '{}' is on {}", name,
+                      w.device().to_string());
+  }
+  const Tensor src = w.weight.is_contiguous() ? w.weight : w.weight.clone();
+  return quantize_fp8_blocks(src, block_, name);
+}
+
 Expected<Tensor> DeviceWeights::get(const std::string& name, const Shape& shape) {
   VLLM_ASSIGN_OR_RETURN(Tensor host, inner_.get(name, shape));
-  return place(name, std::move(host));
+  return place(name, host);
 }
 
 Expected<Tensor> DeviceWeights::get_slice(const std::string& name, const Shape& shape,
@@ -101,10 +222,54 @@ Expected<Tensor> DeviceWeights::get_slice(const std::string& name, const Shape& 
     VLLM_ASSIGN_OR_RETURN(host, contiguous_weight(host, arena ? &ctx_ : nullptr));
     if (arena) return host;
   }
-  return place(name, std::move(host));
+  return place(name, host);
 }
 
-Expected<Tensor> DeviceWeights::place(const std::string& name, Tensor host) {
+Expected<LinearWeight> DeviceWeights::get_linear(const std::string& name, const Shape& shape) {
+  VLLM_ASSIGN_OR_RETURN(LinearWeight w, inner_.get_linear(name, shape));
+  return place_linear(name, std::move(w));
+}
+
+Expected<LinearWeight> DeviceWeights::get_linear_slice(const std::string& name, const Shape& shape,
+                                                       const WeightSlice& slice) {
+  VLLM_RETURN_IF_ERROR(check_slice(name, shape, slice));
+  if (whole(shape, slice)) return get_linear(name, shape);
+  VLLM_ASSIGN_OR_RETURN(LinearWeight w, inner_.get_linear_slice(name, shape, slice));
+  // A column shard is strided: only its elements are copied, into contiguous memory -- the
+  // weight arena on the CPU, where that is the weight's place; elsewhere it is then placed
+  // as a whole weight would be.
+  const bool arena = ctx_.device.is_cpu() && ctx_.weight_arena != nullptr;
+  for (Tensor* t : {&w.weight, &w.scale_inv}) {
+    if (!t->defined() || !t->device().is_cpu()) continue;
+    if (!t->is_contiguous()) {
+      VLLM_ASSIGN_OR_RETURN(*t, contiguous_weight(*t, arena ? &ctx_ : nullptr));
+    } else if (arena) {
+      VLLM_ASSIGN_OR_RETURN(*t, ctx_.weight_arena->copy(*t));
+    }
+  }
+  if (arena) return w;
+  return place_linear(name, std::move(w));
+}
+
+Expected<LinearWeight> DeviceWeights::place_linear(const std::string& name, LinearWeight w) {
+  if (!w.is_fp8()) {
+    VLLM_ASSIGN_OR_RETURN(Tensor placed, place(name, w.weight));
+    return LinearWeight(std::move(placed));
+  }
+  if (ctx_.device.is_cuda()) {
+    return make_error(ErrorCode::kUnsupported,
+                      "tensor '{}' is block-scaled FP8 (F8_E4M3), and the CUDA backend has no FP8 "
+                      "kernels yet: run FP8 models with --device cpu",
+                      name);
+  }
+  if (ctx_.device.is_cpu() && ctx_.weight_arena != nullptr) {
+    VLLM_ASSIGN_OR_RETURN(w.weight, ctx_.weight_arena->copy(w.weight));
+    VLLM_ASSIGN_OR_RETURN(w.scale_inv, ctx_.weight_arena->copy(w.scale_inv));
+  }
+  return w;
+}
+
+Expected<Tensor> DeviceWeights::place(const std::string& name, const Tensor& host) {
   if (ctx_.device.is_cpu() && ctx_.weight_arena != nullptr) return ctx_.weight_arena->copy(host);
   if (!ctx_.device.is_cuda() || !host.device().is_cpu()) return host;
   DType target = host.dtype();
@@ -127,8 +292,9 @@ Expected<Tensor> DeviceWeights::place(const std::string& name, Tensor host) {
   return *out;
 }
 
-DummyWeights::DummyWeights(DType dtype, Device device, uint64_t seed)
-    : dtype_(dtype), device_(device), seed_(seed) {
+DummyWeights::DummyWeights(DType dtype, Device device, uint64_t seed,
+                           std::optional<WeightBlock> fp8_block)
+    : dtype_(dtype), device_(device), fp8_block_(fp8_block), seed_(seed) {
   VLLM_CHECK_MSG(device.is_cpu() || device.is_meta(), "dummy weights on {}", device.to_string());
   VLLM_CHECK_MSG(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
                  "dummy weights of dtype {}", dtype_name(dtype));
@@ -197,6 +363,33 @@ Expected<Tensor> DummyWeights::get_slice(const std::string& name, const Shape& f
   return t;
 }
 
+Expected<LinearWeight> DummyWeights::get_linear(const std::string& name, const Shape& shape) {
+  return get_linear_slice(name, shape, WeightSlice{0, 0, shape.empty() ? 0 : shape[0]});
+}
+
+Expected<LinearWeight> DummyWeights::get_linear_slice(const std::string& name, const Shape& full,
+                                                      const WeightSlice& slice) {
+  // Float: the slice's values (get_slice). FP8: those values quantized on their own, block by
+  // block from the slice's first row and column (a shard's grid, not the full tensor's).
+  if (!fp8_block_ || ctx_ != nullptr) {
+    VLLM_ASSIGN_OR_RETURN(Tensor values, get_slice(name, full, slice));
+    return LinearWeight(std::move(values));
+  }
+  if (device_.is_meta()) {
+    VLLM_RETURN_IF_ERROR(check_slice(name, full, slice));
+    Shape shape = full;
+    shape[static_cast<size_t>(slice.dim)] = slice.end - slice.begin;
+    LinearWeight w(Tensor::empty(shape, DType::kF8E4M3, Device::meta()),
+                   Tensor::empty(fp8_scale_shape(shape, *fp8_block_), DType::kF32, Device::meta()),
+                   *fp8_block_);
+    numel_by_name_[name] = w.weight.numel();
+    stream_of(name);
+    return w;
+  }
+  VLLM_ASSIGN_OR_RETURN(Tensor values, get_slice(name, full, slice));
+  return quantize_fp8_blocks(values, *fp8_block_, name);
+}
+
 int64_t DummyWeights::num_parameters() const {
   int64_t total = 0;
   for (const auto& [name, numel] : numel_by_name_) total += numel;
@@ -244,6 +437,119 @@ Expected<Tensor> concat_rows(const std::vector<Tensor>& parts, const ExecContext
     row += p.size(0);
   }
   return out;
+}
+
+bool same_weight_format(const LinearWeight& a, const LinearWeight& b) {
+  if (a.dtype() != b.dtype()) return false;
+  return !a.is_fp8() || a.block.k == b.block.k;
+}
+
+std::string weight_format(const LinearWeight& w) {
+  if (!w.is_fp8()) return std::string(dtype_name(w.dtype()));
+  return fmt::format("F8_E4M3 ({}x{} blocks)", w.block.n, w.block.k);
+}
+
+Expected<Tensor> scales_per_row(const LinearWeight& w) {
+  VLLM_RETURN_IF_ERROR(check_linear_weight("scales_per_row: weight", w));
+  if (!w.is_fp8()) {
+    return make_error(ErrorCode::kInvalidArgument, "scales_per_row of a {} weight",
+                      weight_format(w));
+  }
+  Shape shape = w.shape();
+  const int64_t rows = shape[shape.size() - 2];
+  const int64_t cols = w.scale_inv.size(-1), grid_rows = w.scale_inv.size(-2);
+  shape.back() = cols;
+  if (w.device().is_meta()) return Tensor::empty(shape, DType::kF32, Device::meta());
+  if (!w.device().is_cpu()) {
+    return make_error(ErrorCode::kUnsupported, "scales_per_row: the weight is on {}",
+                      w.device().to_string());
+  }
+  const Tensor src = w.scale_inv.is_contiguous() ? w.scale_inv : w.scale_inv.clone();
+  VLLM_ASSIGN_OR_RETURN(Tensor out, Tensor::try_empty(shape, DType::kF32));
+  const int64_t matrices = rows == 0 ? 0 : out.numel() / (rows * std::max<int64_t>(cols, 1));
+  for (int64_t e = 0; e < matrices && cols > 0; ++e) {
+    for (int64_t n = 0; n < rows; ++n) {
+      std::memcpy(out.data<float>() + (e * rows + n) * cols,
+                  src.data<float>() + (e * grid_rows + n / w.block.n) * cols,
+                  static_cast<size_t>(cols) * sizeof(float));
+    }
+  }
+  return out;
+}
+
+Expected<LinearWeight> concat_linear_rows(const std::vector<LinearWeight>& parts,
+                                          const ExecContext* ctx) {
+  VLLM_CHECK(!parts.empty());
+  std::vector<Tensor> weights;
+  for (const LinearWeight& p : parts) {
+    if (p.is_fp8() != parts[0].is_fp8() || (p.is_fp8() && p.block.k != parts[0].block.k)) {
+      return make_error(ErrorCode::kUnsupported,
+                        "cannot fuse linear weights of formats {} and {} into one matrix",
+                        weight_format(parts[0]), weight_format(p));
+    }
+    weights.push_back(p.weight);
+  }
+  VLLM_ASSIGN_OR_RETURN(Tensor weight, concat_rows(weights, ctx));
+  if (!parts[0].is_fp8()) return LinearWeight(std::move(weight));
+  // The grids stack where each part but the last ends on a block boundary.
+  bool aligned = true;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    aligned &= parts[i].block.n == parts[0].block.n &&
+               (i + 1 == parts.size() || parts[i].size(0) % parts[i].block.n == 0);
+  }
+  std::vector<Tensor> scales;
+  for (const LinearWeight& p : parts) {
+    if (aligned) {
+      scales.push_back(p.scale_inv);
+    } else {
+      VLLM_ASSIGN_OR_RETURN(Tensor rows, scales_per_row(p));
+      scales.push_back(rows);
+    }
+  }
+  VLLM_ASSIGN_OR_RETURN(Tensor scale, concat_rows(scales, ctx));
+  const WeightBlock block = aligned ? parts[0].block : WeightBlock{1, parts[0].block.k};
+  return LinearWeight(std::move(weight), std::move(scale), block);
+}
+
+Expected<LinearWeight> slice_linear_rows(const LinearWeight& w, int64_t begin, int64_t end) {
+  VLLM_CHECK(w.ndim() == 2 && 0 <= begin && begin <= end && end <= w.size(0));
+  if (!w.is_fp8()) return LinearWeight(w.weight.slice(0, begin, end));
+  const int64_t bn = w.block.n;
+  if (begin % bn == 0 && (end % bn == 0 || end == w.size(0))) {
+    return LinearWeight(w.weight.slice(0, begin, end),
+                        w.scale_inv.slice(0, begin / bn, (end + bn - 1) / bn), w.block);
+  }
+  VLLM_ASSIGN_OR_RETURN(Tensor rows, scales_per_row(w));
+  return LinearWeight(w.weight.slice(0, begin, end), rows.slice(0, begin, end),
+                      WeightBlock{1, w.block.k});
+}
+
+Expected<LinearWeight> slice_linear(const std::string& name, const LinearWeight& w,
+                                    const WeightSlice& s) {
+  VLLM_RETURN_IF_ERROR(check_slice(name, w.shape(), s));
+  if (!w.is_fp8()) return LinearWeight(w.weight.slice(s.dim, s.begin, s.end));
+  const int rows = w.ndim() - 2, cols = w.ndim() - 1;
+  if (s.dim < rows) {  // whole experts of a stack: each keeps its grid
+    return LinearWeight(w.weight.slice(s.dim, s.begin, s.end),
+                        w.scale_inv.slice(s.dim, s.begin, s.end), w.block);
+  }
+  const int64_t block = s.dim == rows ? w.block.n : w.block.k, size = w.size(s.dim);
+  const bool aligned = s.begin % block == 0 && (s.end % block == 0 || s.end == size);
+  if (aligned) {
+    return LinearWeight(w.weight.slice(s.dim, s.begin, s.end),
+                        w.scale_inv.slice(s.dim, s.begin / block, (s.end + block - 1) / block),
+                        w.block);
+  }
+  if (s.dim == cols) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tensor parallelism: the input columns [{}, {}) of FP8 weight '{}' do not "
+                      "start and end on its {}-column scale blocks",
+                      s.begin, s.end, name, block);
+  }
+  // Rows off the block grid: one scale row per weight row (the same values).
+  VLLM_ASSIGN_OR_RETURN(Tensor per_row, scales_per_row(w));
+  return LinearWeight(w.weight.slice(s.dim, s.begin, s.end), per_row.slice(s.dim, s.begin, s.end),
+                      WeightBlock{1, w.block.k});
 }
 
 }  // namespace vllm

@@ -86,17 +86,18 @@ Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out) {
   return unsupported("silu_and_mul", out);
 }
 
-Status linear(const ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
-              Tensor& out) {
+Status linear(const ExecContext& ctx, const Tensor& x, const LinearWeight& weight,
+              const Tensor& bias, Tensor& out) {
   VLLM_PROFILE_SCOPE("linear");
   if (out.device().is_cpu()) return cpu::linear(x, weight, bias, out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) {
+    if (weight.is_fp8()) return unsupported("linear with FP8 (F8_E4M3) weights", out);
     if (ctx.blas == nullptr) {
       return make_error(ErrorCode::kInvalidArgument,
                         "linear: the execution context has no GEMM handle");
     }
-    return cuda::linear(*static_cast<cuda::BlasContext*>(ctx.blas), x, weight, bias, out,
+    return cuda::linear(*static_cast<cuda::BlasContext*>(ctx.blas), x, weight.weight, bias, out,
                         stream(ctx));
   }
 #endif

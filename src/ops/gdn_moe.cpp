@@ -145,9 +145,9 @@ Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& ex
                                         x.size(0), topk_ids.size(1), x.size(1),
                                         experts.down.size(2), experts.gate_up.size(0)));
     VLLM_ASSIGN_OR_RETURN(Tensor scratch, ctx.alloc({bytes}, DType::kU8));
-    VLLM_RETURN_IF_ERROR(cpu::moe_experts_stacked(x, experts.gate_up, experts.down, topk_weights,
-                                                  topk_ids, scratch, out, experts.first_expert,
-                                                  experts.num_experts));
+    VLLM_RETURN_IF_ERROR(cpu::moe_experts_stacked(
+        x, experts.gate_up_weight(), experts.down_weight(), topk_weights, topk_ids, scratch, out,
+        experts.first_expert, experts.num_experts));
     if (!shared.out.defined()) return Status::ok();
     VLLM_ASSIGN_OR_RETURN(Tensor gate, detail::contiguous(ctx, shared.gate));
     return cpu::add_sigmoid_gated(out, shared.out, gate);
@@ -158,6 +158,7 @@ Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& ex
   if (expert_parallel) return unsupported("moe_experts with expert parallelism", out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) {
+    if (experts.is_fp8()) return unsupported("moe_experts with FP8 (F8_E4M3) experts", out);
     cuda::MoeExpertsArgs args;
     args.gate_up = experts.gate_up;
     args.down = experts.down;

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "ops/exec_context.h"
+#include "tensor/linear_weight.h"
 #include "tensor/tensor.h"
 
 namespace vllm::ops {
@@ -50,9 +51,10 @@ Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual, c
                           float eps, bool unit_offset);
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src);
 Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out);
-// out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits).
-Status linear(const ExecContext& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
-              Tensor& out);
+// out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits). Block-scaled FP8
+// weights (tensor/linear_weight.h) run on the CPU only so far (kUnsupported on CUDA).
+Status linear(const ExecContext& ctx, const Tensor& x, const LinearWeight& weight,
+              const Tensor& bias, Tensor& out);
 
 struct RopeArgs {
   int64_t head_size = 0;
@@ -133,6 +135,20 @@ struct MoeWeights {
   // router's num_experts (0: E); tokens routed to other experts are another rank's. CPU only.
   int64_t first_expert = 0;
   int64_t num_experts = 0;
+  // Block-scaled FP8 experts (F8_E4M3 gate_up / down, tensor/linear_weight.h): F32 scales
+  // [E, ceil(2I / n), ceil(H / k)] and [E, ceil(H / n), ceil(I / k)] per block n x k.
+  Tensor gate_up_scale_inv, down_scale_inv;
+  WeightBlock gate_up_block, down_block;
+
+  LinearWeight gate_up_weight() const { return {gate_up, gate_up_scale_inv, gate_up_block}; }
+  LinearWeight down_weight() const { return {down, down_scale_inv, down_block}; }
+  void set(const LinearWeight& gu, const LinearWeight& dn) {
+    gate_up = gu.weight, gate_up_scale_inv = gu.scale_inv, gate_up_block = gu.block;
+    down = dn.weight, down_scale_inv = dn.scale_inv, down_block = dn.block;
+  }
+  bool is_fp8() const {
+    return gate_up.dtype() == DType::kF8E4M3 || down.dtype() == DType::kF8E4M3;
+  }
 };
 // The shared expert's contribution, which moe_experts adds: sigmoid(gate[t]) * out[t].
 struct MoeSharedExpert {

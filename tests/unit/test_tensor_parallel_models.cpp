@@ -69,15 +69,27 @@ struct Comparison {
 
 // Prefill + `steps` greedy decode steps of each prompt, two prompts batched together, on
 // one rank and on `tp`; the logits of every row compared.
-void compare(const fs::path& dir, int tp, int steps, const std::string& load_format = "auto",
-             const std::string& step_channel = "", std::string label = "",
-             bool expert_parallel = false) {
-  if (label.empty()) label = dir.filename().string();
+// How a comparison loads the model (both sides) and runs the sharded one.
+struct TpRun {
+  int tp = 2;
+  int steps = 4;      // greedy decode steps after the prefill
+  std::string label;  // printed; empty: the folder's name
+  std::string load_format = "auto";
+  std::string step_channel;
+  bool expert_parallel = false;
+  std::string quantization;
+};
+
+void compare(const fs::path& dir, const TpRun& run) {
+  const int tp = run.tp, steps = run.steps;
+  const std::string label = run.label.empty() ? dir.filename().string() : run.label;
   LoadOptions one;
-  one.load_format = load_format;
+  one.load_format = run.load_format;
+  one.quantization = run.quantization;
   auto single = load_model(dir, one);
   ASSERT_TRUE(single.has_value()) << single.status().to_string();
-  auto sharded = testing::TpModel::start(dir, tp, load_format, step_channel, expert_parallel);
+  auto sharded = testing::TpModel::start(dir, tp, run.load_format, run.step_channel,
+                                         run.expert_parallel, run.quantization);
   ASSERT_TRUE(sharded);
   const int64_t vocab = (*single)->config().vocab_size;
   const auto prompts = reference_prompts(dir, 2);
@@ -147,7 +159,7 @@ void compare(const fs::path& dir, int tp, int steps, const std::string& load_for
 class TensorParallelGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TensorParallelGolden, TwoRanksMatchOne) {
-  compare(golden(GetParam()), 2, 12);
+  compare(golden(GetParam()), TpRun{.tp = 2, .steps = 12});
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, TensorParallelGolden,
@@ -155,17 +167,17 @@ INSTANTIATE_TEST_SUITE_P(Golden, TensorParallelGolden,
                                            "qwen3_next"));
 
 TEST(TensorParallel, DemoModelTwoRanksMatchOne) {
-  compare(fs::path(VLLM_SOURCE_DIR) / "models" / "qwen35-moe-demo", 2, 8);
+  compare(fs::path(VLLM_SOURCE_DIR) / "models" / "qwen35-moe-demo", TpRun{.tp = 2, .steps = 8});
 }
 
 // Dummy weights are made per shard, each rank only its own, yet every shard holds the
 // elements of the single-rank tensor it covers (DummyWeights' counter-based streams).
 TEST(TensorParallel, DummyWeightShardsAreSlicesOfTheSingleRankModel) {
-  compare(golden("qwen3_5_moe"), 2, 4, "dummy");
+  compare(golden("qwen3_5_moe"), TpRun{.load_format = "dummy"});
 }
 
 TEST(TensorParallel, TcpStepChannelGivesTheSameResults) {
-  compare(golden("qwen3"), 2, 4, "auto", "tcp");
+  compare(golden("qwen3"), TpRun{.step_channel = "tcp"});
 }
 
 // Small hybrids whose every dimension divides by 4: 4 query heads over 2 KV heads (each
@@ -198,7 +210,7 @@ TEST_P(TensorParallelFourRanks, MatchOne) {
   spec.fused_experts = GetParam().fused_experts;
   spec.moe = true;  // Qwen3-Next: sparse layers
   ASSERT_TRUE(testing::HybridCheckpointWriter(spec, four_way_dims()).write(dir.path()).is_ok());
-  compare(dir.path(), 4, 4, "auto", "", std::string("hybrid_") + GetParam().name);
+  compare(dir.path(), TpRun{.tp = 4, .label = std::string("hybrid_") + GetParam().name});
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -212,15 +224,49 @@ INSTANTIATE_TEST_SUITE_P(
 // --enable-expert-parallel: whole experts per rank (vLLM's linear placement), here also
 // an uneven one (6 experts over 4 ranks: 2, 2, 1, 1).
 TEST(TensorParallel, ExpertParallelMatchesOneRank) {
-  compare(golden("qwen3_5_moe"), 2, 8, "auto", "", "qwen3_5_moe EP", true);
-  compare(golden("qwen3_next"), 2, 8, "auto", "", "qwen3_next EP", true);
-  compare(fs::path(VLLM_SOURCE_DIR) / "models" / "qwen35-moe-demo", 2, 4, "auto", "", "demo EP",
-          true);
+  compare(golden("qwen3_5_moe"),
+          TpRun{.steps = 8, .label = "qwen3_5_moe EP", .expert_parallel = true});
+  compare(golden("qwen3_next"),
+          TpRun{.steps = 8, .label = "qwen3_next EP", .expert_parallel = true});
+  compare(fs::path(VLLM_SOURCE_DIR) / "models" / "qwen35-moe-demo",
+          TpRun{.label = "demo EP", .expert_parallel = true});
   testing::TempDir dir("tp4ep");
   testing::HybridSpec spec;
   spec.family = testing::HybridSpec::Family::kQwen3_5Moe;
   ASSERT_TRUE(testing::HybridCheckpointWriter(spec, four_way_dims()).write(dir.path()).is_ok());
-  compare(dir.path(), 4, 4, "auto", "", "hybrid_moe EP", true);
+  compare(dir.path(), TpRun{.tp = 4, .label = "hybrid_moe EP", .expert_parallel = true});
+}
+
+// Block-scaled FP8 weights (--quantization fp8: 128x128 blocks) shard with their scales:
+// rows off the block grid keep one scale row per row, and every rank's input columns of the
+// row-parallel projections here are whole blocks (128 of 256). Both sides hold the same
+// quantized weights, so they agree as float ones do. Columns inside a block are refused, as
+// vLLM refuses them.
+TEST(TensorParallel, Fp8WeightsShardWithTheirScales) {
+  testing::TempDir dir("tp_fp8");
+  testing::HybridDims d;
+  d.hidden = 256;
+  d.heads = 4;
+  d.kv_heads = 2;
+  d.head_dim = 64;
+  d.hk = 2;
+  d.hv = 4;
+  d.dk = 64;
+  d.dv = 64;
+  d.inter = 256;
+  ASSERT_TRUE(testing::HybridCheckpointWriter(testing::HybridSpec{}, d).write(dir.path()).is_ok());
+  compare(dir.path(), TpRun{.label = "hybrid FP8", .quantization = "fp8"});
+
+  engine::EngineArgs args;
+  args.model = golden("qwen3_5_moe").string();
+  args.device = "cpu";
+  args.quantization = "fp8";
+  args.parallel = testing::tp_config(2);
+  auto engine = engine::build_engine(args);
+  ASSERT_FALSE(engine.has_value());
+  EXPECT_NE(engine.status().message().find("do not start and end on its 128-column scale blocks"),
+            std::string::npos)
+      << engine.status().message();
 }
 
 // Shapes that do not divide are refused before any worker starts, naming the dimension.

@@ -34,12 +34,14 @@ class TpModel {
   static std::unique_ptr<TpModel> start(const std::filesystem::path& dir, int tp,
                                         const std::string& load_format = "auto",
                                         const std::string& step_channel = "",
-                                        bool expert_parallel = false) {
+                                        bool expert_parallel = false,
+                                        const std::string& quantization = "") {
     auto out = std::unique_ptr<TpModel>(new TpModel());
     engine::WorkerLoadSpec spec;
     spec.model = dir.string();
     spec.load_format = load_format;
     spec.enable_expert_parallel = expert_parallel;
+    spec.quantization = quantization;
     auto group = engine::WorkerGroup::start(tp_config(tp, step_channel), spec);
     EXPECT_TRUE(group.has_value()) << group.status().to_string();
     if (!group) return nullptr;
@@ -48,6 +50,7 @@ class TpModel {
     load.load_format = load_format;
     load.comm = out->workers_->communicator();
     load.enable_expert_parallel = expert_parallel;
+    load.quantization = quantization;
     auto model = load_model(dir, load);
     EXPECT_TRUE(model.has_value()) << model.status().to_string();
     if (!model) return nullptr;

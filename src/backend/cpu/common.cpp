@@ -73,6 +73,14 @@ Status check_weight(std::string_view op, std::string_view arg, const Tensor& t) 
   return check_contiguous(op, arg, t);
 }
 
+Status check_linear_weight(std::string_view op, std::string_view arg, const LinearWeight& w) {
+  if (!w.is_fp8()) return check_weight(op, arg, w.weight);
+  VLLM_RETURN_IF_ERROR(check_cpu(op, arg, w.weight));
+  VLLM_RETURN_IF_ERROR(vllm::check_linear_weight(arg_name(op, arg), w));
+  VLLM_RETURN_IF_ERROR(check_contiguous(op, arg, w.weight));
+  return check_contiguous(op, fmt::format("{} scales", arg), w.scale_inv);
+}
+
 Expected<Rows> as_rows(std::string_view op, std::string_view arg, const Tensor& t) {
   VLLM_RETURN_IF_ERROR(check_cpu(op, arg, t));
   if (t.ndim() < 1) {

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "tensor/linear_weight.h"
 #include "tensor/tensor.h"
 
 namespace vllm::cpu::detail {
@@ -50,12 +51,17 @@ Status check_tensor(std::string_view op, std::string_view arg, const Tensor& t,
                     std::initializer_list<DType> allowed, int ndim);
 // CPU, a float weight dtype (F32/BF16/F16) and contiguous.
 Status check_weight(std::string_view op, std::string_view arg, const Tensor& t);
+// A linear layer's weight the CPU kernels read: a float weight as check_weight, or a
+// well-formed block-scaled FP8 one (vllm::check_linear_weight) with both tensors contiguous
+// on the CPU.
+Status check_linear_weight(std::string_view op, std::string_view arg, const LinearWeight& w);
 
 // A row view of a tensor with ndim >= 1 (1-D: a single row) whose dims after the first are
 // contiguous. Errors name the argument.
 Expected<Rows> as_rows(std::string_view op, std::string_view arg, const Tensor& t);
 
-// dst[i] = src[i] decoded from F32/BF16/F16 (dtype is one of those; checked by caller).
+// dst[i] = src[i] decoded from F32/BF16/F16 (dtype is one of those; checked by caller; FP8
+// weights need their scales: linear_kernels.h).
 void decode_to_f32(const void* src, DType dtype, int64_t count, float* dst);
 // One element of a F32/BF16/F16 array.
 float load_f32(const void* src, DType dtype, int64_t index);

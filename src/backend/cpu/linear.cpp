@@ -4,6 +4,9 @@
 // thread so the two pools don't oversubscribe the cores. M <= 8 (decode) takes the direct
 // kernel in linear_direct.cpp (or its AVX2 / AVX-512 variant, by cpu_isa.h); larger M calls
 // sgemm per column block, decoding BF16/F16 weight blocks into per-thread f32 scratch first.
+// Block-scaled FP8 weights (tensor/linear_weight.h) go the same two ways, dequantized to f32
+// a tile or a block of rows at a time, with the portable direct kernel: the reference FP8
+// linear, exactly x @ dequantize(w)^T up to f32 summation order.
 #include <cblas.h>
 
 #include <algorithm>
@@ -77,12 +80,26 @@ void linear_blas(const LinearArgs& a, int64_t n_begin, int64_t n_end, CpuIsa isa
     const size_t row_bytes = static_cast<size_t>(a.K) * dtype_size(a.w_dtype);
     for (int64_t n0 = n_begin; n0 < n_end; n0 += block) {
       const int64_t rows = std::min(block, n_end - n0);
-      const char* src = static_cast<const char*>(a.w) + static_cast<size_t>(n0) * row_bytes;
-      decode_weights(src, a.w_dtype, rows * a.K, scratch.data(), isa);
+      if (a.w_dtype == DType::kF8E4M3) {
+        for (int64_t r = 0; r < rows; ++r) {
+          decode_fp8_row(a, n0 + r, 0, a.K, scratch.data() + r * a.K);
+        }
+      } else {
+        const char* src = static_cast<const char*>(a.w) + static_cast<size_t>(n0) * row_bytes;
+        decode_weights(src, a.w_dtype, rows * a.K, scratch.data(), isa);
+      }
       sgemm_block(a, scratch.data(), n0, rows);
     }
   }
   add_bias(a, n_begin, n_end);
+}
+
+void set_weight_scales(const LinearWeight& w, LinearArgs* args) {
+  if (!w.is_fp8()) return;
+  args->w_scale = w.scale_inv.numel() > 0 ? w.scale_inv.data<float>() : nullptr;
+  args->scale_cols = w.scale_inv.size(-1);
+  args->block_n = w.block.n;
+  args->block_k = w.block.k;
 }
 
 void run_linear(const LinearArgs& args) {
@@ -97,7 +114,8 @@ void run_linear(const LinearArgs& args) {
     }
     return;
   }
-  const CpuIsa isa = active_isa();
+  // FP8 weights have portable kernels only (the reference).
+  const CpuIsa isa = args.w_dtype == DType::kF8E4M3 ? CpuIsa::kPortable : active_isa();
   if (M <= kDirectMaxM) {
     // ~64K multiply-adds per chunk at least, in whole 4-row tiles.
     int64_t grain = std::max<int64_t>(4, (65536 / (M * K) + 3) / 4 * 4);
@@ -122,10 +140,11 @@ void run_linear(const LinearArgs& args) {
 
 }  // namespace detail
 
-Status linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out) {
+Status linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out) {
   constexpr std::string_view kOp = "linear";
+  const Tensor& weight = w.weight;
   VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "x", x, {DType::kF32}, 2));
-  VLLM_RETURN_IF_ERROR(detail::check_weight(kOp, "weight", weight));
+  VLLM_RETURN_IF_ERROR(detail::check_linear_weight(kOp, "weight", w));
   VLLM_RETURN_IF_ERROR(detail::check_ndim(kOp, "weight", weight, 2));
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
   if (weight.size(1) != K) {
@@ -157,6 +176,7 @@ Status linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor&
   args.ldx = M == 1 ? std::max<int64_t>(K, 1) : x_rows.row_stride;  // one row: any stride
   args.w = K > 0 ? weight.data_ptr() : nullptr;
   args.w_dtype = weight.dtype();
+  detail::set_weight_scales(w, &args);
   args.bias = bias.defined() ? bias.data_ptr() : nullptr;
   args.bias_dtype = bias.defined() ? bias.dtype() : DType::kF32;
   args.out = out_rows.row<float>(0);

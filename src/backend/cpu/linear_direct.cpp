@@ -1,8 +1,9 @@
 // The small-M (decode) GEMM kernel: at M <= 8 a GEMM is a weight-streaming problem, so each
-// tile of 4 weight rows x 512 columns is decoded once (BF16/F16 -> f32) and dotted with all
+// tile of 4 weight rows x 512 columns is decoded once (BF16/F16/FP8 -> f32) and dotted with all
 // M activation rows while it sits in L1. 8-wide vector accumulators (GCC/Clang vector
 // extensions) keep it portable: this is the reference the SIMD variants are tested against.
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "backend/cpu/common.h"
@@ -32,6 +33,8 @@ inline void decode_tile_row(const LinearArgs& a, int64_t n, int64_t k0, int64_t 
       std::memcpy(dst + i, &wide, sizeof(wide));
     }
     for (; i < len; ++i) dst[i] = bf16_to_f32(src[i]);
+  } else if (a.w_dtype == DType::kF8E4M3) {
+    decode_fp8_row(a, n, k0, len, dst);
   } else {  // F16
     const uint16_t* src = static_cast<const uint16_t*>(a.w) + offset;
     for (int64_t i = 0; i < len; ++i) dst[i] = f16_to_f32(src[i]);
@@ -103,6 +106,25 @@ void direct_rows(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 }
 
 }  // namespace
+
+void decode_fp8_row(const LinearArgs& a, int64_t n, int64_t k0, int64_t len, float* dst) {
+  // fp8e4m3_to_f32 of every code, here so that the loop below inlines the lookup.
+  static const std::array<float, 256> kValues = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c)
+      t[static_cast<size_t>(c)] = fp8e4m3_to_f32(static_cast<uint8_t>(c));
+    return t;
+  }();
+  const uint8_t* src = static_cast<const uint8_t*>(a.w) + static_cast<size_t>(n * a.K + k0);
+  const float* scales = a.w_scale + (n / a.block_n) * a.scale_cols;
+  // One scale per run of block_k columns.
+  for (int64_t i = 0; i < len;) {
+    const int64_t block = (k0 + i) / a.block_k;
+    const int64_t stop = std::min(len, (block + 1) * a.block_k - k0);
+    const float scale = scales[block];
+    for (; i < stop; ++i) dst[i] = kValues[src[i]] * scale;
+  }
+}
 
 void linear_direct(const LinearArgs& args, int64_t n_begin, int64_t n_end) {
   direct_rows(args, n_begin, n_end);

@@ -187,14 +187,17 @@ size_t moe_experts_scratch_bytes(int64_t tokens, int64_t top_k, int64_t hidden, 
   return scratch_layout(tokens * top_k, hidden, inter, num_experts, nullptr, nullptr);
 }
 
-Status moe_experts_stacked(const Tensor& x, const Tensor& gate_up, const Tensor& down,
-                           const Tensor& topk_weights, const Tensor& topk_ids, Tensor& scratch,
-                           Tensor& out, int64_t first_expert, int64_t num_global_experts) {
+Status moe_experts_stacked(const Tensor& x, const LinearWeight& gate_up_weight,
+                           const LinearWeight& down_weight, const Tensor& topk_weights,
+                           const Tensor& topk_ids, Tensor& scratch, Tensor& out,
+                           int64_t first_expert, int64_t num_global_experts) {
   constexpr std::string_view kOp = "moe_experts";
+  const Tensor& gate_up = gate_up_weight.weight;
+  const Tensor& down = down_weight.weight;
   VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "x", x, {DType::kF32}, 2));
   VLLM_ASSIGN_OR_RETURN(detail::Rows x_rows, detail::as_rows(kOp, "x", x));
-  VLLM_RETURN_IF_ERROR(detail::check_weight(kOp, "gate_up", gate_up));
-  VLLM_RETURN_IF_ERROR(detail::check_weight(kOp, "down", down));
+  VLLM_RETURN_IF_ERROR(detail::check_linear_weight(kOp, "gate_up", gate_up_weight));
+  VLLM_RETURN_IF_ERROR(detail::check_linear_weight(kOp, "down", down_weight));
   const int64_t tokens = x.size(0), hidden = x.size(1);
   if (gate_up.ndim() != 3 || down.ndim() != 3 || gate_up.size(1) % 2 != 0 ||
       gate_up.size(2) != hidden || down.size(0) != gate_up.size(0) || down.size(1) != hidden ||
@@ -265,6 +268,11 @@ Status moe_experts_stacked(const Tensor& x, const Tensor& gate_up, const Tensor&
   const size_t gate_up_stride =
       static_cast<size_t>(2 * inter * hidden) * dtype_size(gate_up.dtype());
   const size_t down_stride = static_cast<size_t>(hidden * inter) * dtype_size(down.dtype());
+  // FP8 experts: each expert's scale grid follows the previous one's.
+  auto scale_grid = [](const LinearWeight& w) {
+    return w.is_fp8() ? w.scale_inv.size(1) * w.scale_inv.size(2) : int64_t{0};
+  };
+  const int64_t gate_up_grid = scale_grid(gate_up_weight), down_grid = scale_grid(down_weight);
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t first = start[e], n = start[e + 1] - start[e];
     if (n == 0) continue;
@@ -280,6 +288,8 @@ Status moe_experts_stacked(const Tensor& x, const Tensor& gate_up, const Tensor&
     a.ldx = hidden;
     a.w = static_cast<const char*>(gate_up.data_ptr()) + static_cast<size_t>(e) * gate_up_stride;
     a.w_dtype = gate_up.dtype();
+    detail::set_weight_scales(gate_up_weight, &a);
+    if (a.w_scale != nullptr) a.w_scale += e * gate_up_grid;
     a.out = gu;
     a.ldo = 2 * inter;
     a.M = n;
@@ -296,6 +306,9 @@ Status moe_experts_stacked(const Tensor& x, const Tensor& gate_up, const Tensor&
     a.ldx = inter;
     a.w = static_cast<const char*>(down.data_ptr()) + static_cast<size_t>(e) * down_stride;
     a.w_dtype = down.dtype();
+    a.w_scale = nullptr;
+    detail::set_weight_scales(down_weight, &a);
+    if (a.w_scale != nullptr) a.w_scale += e * down_grid;
     a.out = ye;
     a.ldo = hidden;
     a.N = hidden;

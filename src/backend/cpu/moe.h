@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "tensor/linear_weight.h"
 #include "tensor/tensor.h"
 
 namespace vllm::cpu {
@@ -42,10 +43,12 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tenso
                    const Tensor& topk_ids, Tensor& out);
 
 // The same as moe_experts on the stacked layout the models keep (gate_up F32/BF16/F16
-// [E, 2I, H], down [E, H, I], one dtype), without allocating: intermediates live in
-// `scratch`, a contiguous CPU tensor of at least moe_experts_scratch_bytes() bytes (the op
-// layer takes it from the step's workspace). Each expert's gate and up rows run as one
-// projection; the result is bitwise moe_experts' on the same weights.
+// [E, 2I, H], down [E, H, I], or either block-scaled FP8 with a grid per expert:
+// tensor/linear_weight.h), without allocating: intermediates live in `scratch`, a contiguous
+// CPU tensor of at least moe_experts_scratch_bytes() bytes (the op layer takes it from the
+// step's workspace). Each expert's gate and up rows run as one projection; for float weights
+// the result is bitwise moe_experts' on the same weights, for FP8 ones moe_experts' on the
+// dequantized weights.
 //
 // Expert parallelism: the stack may hold experts [first_expert, first_expert + E) of
 // num_global_experts (0: E) -- one rank's share. Ids must be below num_global_experts; pairs
@@ -53,7 +56,7 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tenso
 // partial sum.
 size_t moe_experts_scratch_bytes(int64_t tokens, int64_t top_k, int64_t hidden, int64_t inter,
                                  int64_t num_experts);
-Status moe_experts_stacked(const Tensor& x, const Tensor& gate_up, const Tensor& down,
+Status moe_experts_stacked(const Tensor& x, const LinearWeight& gate_up, const LinearWeight& down,
                            const Tensor& topk_weights, const Tensor& topk_ids, Tensor& scratch,
                            Tensor& out, int64_t first_expert = 0, int64_t num_global_experts = 0);
 

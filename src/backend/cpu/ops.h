@@ -1,12 +1,14 @@
 // CPU reference ops: the executable specification every other backend is tested against.
 //
-// Activations are f32; weights may be f32, bf16 or f16 and accumulate in f32. Shapes and
-// dtypes are checked at entry and reported as kInvalidArgument naming the argument; ops on
-// large tensors run on the shared thread pool. Outputs are written into caller-allocated
-// tensors (no allocation inside an op except scratch).
+// Activations are f32; weights may be f32, bf16, f16 or block-scaled fp8 (e4m3) and
+// accumulate in f32. Shapes and dtypes are checked at entry and reported as
+// kInvalidArgument naming the argument; ops on large tensors run on the shared thread pool.
+// Outputs are written into caller-allocated tensors (no allocation inside an op except
+// scratch).
 #pragma once
 
 #include "base/status.h"
+#include "tensor/linear_weight.h"
 #include "tensor/tensor.h"
 
 namespace vllm::cpu {
@@ -45,8 +47,10 @@ Status add_inplace(Tensor& dst, const Tensor& src);
 Status silu_and_mul(const Tensor& x, Tensor& out);
 
 // out = x @ weight^T (+ bias): the layout of torch.nn.Linear. x F32 [M, K]; weight
-// F32/BF16/F16 [N, K]; bias F32/BF16/F16 [N] or undefined; out F32 [M, N].
-Status linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out);
+// F32/BF16/F16 [N, K], or block-scaled FP8 (tensor/linear_weight.h), dequantized on the fly
+// by its definition and accumulated in f32; bias F32/BF16/F16 [N] or undefined; out F32
+// [M, N].
+Status linear(const Tensor& x, const LinearWeight& weight, const Tensor& bias, Tensor& out);
 
 // Softmax over the last dim, numerically stable. x, out F32 [M, N] (may alias).
 Status softmax(const Tensor& x, Tensor& out);

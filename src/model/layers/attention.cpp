@@ -33,17 +33,21 @@ Status AttentionLayer::load(WeightSource& w, const std::string& p, const Attenti
   spec_.num_heads = heads.size();
   spec_.num_kv_heads = kv_heads.size();
   VLLM_ASSIGN_OR_RETURN(
-      Tensor q, w.get_slice(p + "q_proj.weight", {spec.num_heads * q_stride, hidden}, q_rows));
-  VLLM_ASSIGN_OR_RETURN(Tensor k, w.get_slice(p + "k_proj.weight", {kv_dim, hidden}, kv_rows));
-  VLLM_ASSIGN_OR_RETURN(Tensor v, w.get_slice(p + "v_proj.weight", {kv_dim, hidden}, kv_rows));
-  if (q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
+      LinearWeight q,
+      w.get_linear_slice(p + "q_proj.weight", {spec.num_heads * q_stride, hidden}, q_rows));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight k,
+                        w.get_linear_slice(p + "k_proj.weight", {kv_dim, hidden}, kv_rows));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight v,
+                        w.get_linear_slice(p + "v_proj.weight", {kv_dim, hidden}, kv_rows));
+  if (!same_weight_format(q, k) || !same_weight_format(q, v)) {
     return make_error(ErrorCode::kUnsupported,
-                      "{}q_proj / k_proj / v_proj have dtypes {} / {} / {}; they must match", p,
-                      dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
+                      "{}q_proj / k_proj / v_proj are {} / {} / {}; they must match", p,
+                      weight_format(q), weight_format(k), weight_format(v));
   }
-  VLLM_ASSIGN_OR_RETURN(qkv_, concat_rows({q, k, v}, &ctx));
-  VLLM_ASSIGN_OR_RETURN(o_proj_, w.get_slice(p + "o_proj.weight", {hidden, q_dim},
-                                             WeightSlice{1, heads.begin * d, heads.end * d}));
+  VLLM_ASSIGN_OR_RETURN(qkv_, concat_linear_rows({q, k, v}, &ctx));
+  VLLM_ASSIGN_OR_RETURN(o_proj_,
+                        w.get_linear_slice(p + "o_proj.weight", {hidden, q_dim},
+                                           WeightSlice{1, heads.begin * d, heads.end * d}));
   if (spec.bias) {
     VLLM_ASSIGN_OR_RETURN(Tensor qb,
                           w.get_slice(p + "q_proj.bias", {spec.num_heads * q_stride}, q_rows));

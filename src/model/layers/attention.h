@@ -44,9 +44,11 @@ class AttentionLayer {
                  const Tensor& cos_sin_cache, Tensor& kv_cache, Tensor& out) const;
 
  private:
-  AttentionSpec spec_;     // this rank's heads
-  Tensor qkv_, qkv_bias_;  // [q_rows + 2 * kv_dim, hidden], [q_rows + 2 * kv_dim]
-  Tensor o_proj_, o_bias_;
+  AttentionSpec spec_;  // this rank's heads
+  LinearWeight qkv_;    // [q_rows + 2 * kv_dim, hidden]
+  Tensor qkv_bias_;     // [q_rows + 2 * kv_dim]
+  LinearWeight o_proj_;
+  Tensor o_bias_;
   Tensor q_norm_, k_norm_;
 };
 

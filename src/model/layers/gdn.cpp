@@ -23,11 +23,14 @@ Status GdnLayer::load(WeightSource& w, const std::string& a, const GdnSpec& spec
   spec_.num_key_heads = keys.size();
   spec_.num_value_heads = values.size();
   auto rows = [](int64_t begin, int64_t end) { return WeightSlice{0, begin, end}; };
-  std::vector<Tensor> parts;
+  // The rows of q | k | v | z, and of b | a, in the order the fused weight holds them.
+  std::vector<LinearWeight> qkvz_parts, ba_parts;
+  std::string qkvz_name, ba_name;  // for messages
   if (spec.fused_checkpoint) {
     // Per key head h: [q_h (Dk) | k_h (Dk) | v of its group (G * Dv) | z of its group], and
     // [b of its group (G) | a of its group (G)]. Regroup into q | k | v | z and b | a.
-    const std::string qkvz_name = a + "in_proj_qkvz.weight", ba_name = a + "in_proj_ba.weight";
+    qkvz_name = a + "in_proj_qkvz.weight";
+    ba_name = a + "in_proj_ba.weight";
     const Shape qkvz_shape{conv_dim + value_dim, hidden}, ba_shape{2 * hv, hidden};
     const int64_t block = 2 * dk + 2 * group * dv;
     for (int part = 0; part < 4; ++part) {
@@ -37,28 +40,31 @@ Status GdnLayer::load(WeightSource& w, const std::string& a, const GdnSpec& spec
                                          : 2 * dk + group * dv;
       const int64_t size = part < 2 ? dk : group * dv;
       for (int64_t h = keys.begin; h < keys.end; ++h) {
-        VLLM_ASSIGN_OR_RETURN(Tensor t,
-                              w.get_slice(qkvz_name, qkvz_shape,
-                                          rows(h * block + offset, h * block + offset + size)));
-        parts.push_back(t);
+        VLLM_ASSIGN_OR_RETURN(LinearWeight t, w.get_linear_slice(qkvz_name, qkvz_shape,
+                                                                 rows(h * block + offset,
+                                                                      h * block + offset + size)));
+        qkvz_parts.push_back(std::move(t));
       }
     }
     for (int part = 0; part < 2; ++part) {
       for (int64_t h = keys.begin; h < keys.end; ++h) {
-        VLLM_ASSIGN_OR_RETURN(Tensor t, w.get_slice(ba_name, ba_shape,
-                                                    rows(h * 2 * group + part * group,
-                                                         h * 2 * group + (part + 1) * group)));
-        parts.push_back(t);
+        VLLM_ASSIGN_OR_RETURN(LinearWeight t,
+                              w.get_linear_slice(ba_name, ba_shape,
+                                                 rows(h * 2 * group + part * group,
+                                                      h * 2 * group + (part + 1) * group)));
+        ba_parts.push_back(std::move(t));
       }
     }
   } else {
     // in_proj_qkv holds q | k | v (each split by heads), then z, b and a per value head.
+    qkvz_name = a + "in_proj_qkv.weight";
+    ba_name = a + "in_proj_b.weight";
     struct Part {
       const char* name;
       Shape shape;
       WeightSlice slice;
     };
-    const std::vector<Part> names = {
+    const Part names[] = {
         {"in_proj_qkv.weight", {conv_dim, hidden}, rows(keys.begin * dk, keys.end * dk)},
         {"in_proj_qkv.weight",
          {conv_dim, hidden},
@@ -69,18 +75,33 @@ Status GdnLayer::load(WeightSource& w, const std::string& a, const GdnSpec& spec
         {"in_proj_z.weight", {value_dim, hidden}, rows(values.begin * dv, values.end * dv)},
         {"in_proj_b.weight", {hv, hidden}, rows(values.begin, values.end)},
         {"in_proj_a.weight", {hv, hidden}, rows(values.begin, values.end)}};
-    for (const Part& part : names) {
-      VLLM_ASSIGN_OR_RETURN(Tensor t, w.get_slice(a + part.name, part.shape, part.slice));
-      if (!parts.empty() && t.dtype() != parts[0].dtype()) {
+    for (int i = 0; i < 6; ++i) {
+      VLLM_ASSIGN_OR_RETURN(LinearWeight t,
+                            w.get_linear_slice(a + names[i].name, names[i].shape, names[i].slice));
+      std::vector<LinearWeight>& parts = i < 4 ? qkvz_parts : ba_parts;
+      if (!parts.empty() && !same_weight_format(t, parts[0])) {
         return make_error(ErrorCode::kUnsupported,
-                          "tensor '{}{}' has dtype {} but '{}in_proj_qkv.weight' has {}; they "
-                          "must match",
-                          a, part.name, dtype_name(t.dtype()), a, dtype_name(parts[0].dtype()));
+                          "tensor '{}{}' is {} but '{}{}' is {}; they must match", a, names[i].name,
+                          weight_format(t), a, names[i - 1].name, weight_format(parts[0]));
       }
-      parts.push_back(t);
+      parts.push_back(std::move(t));
     }
   }
-  VLLM_ASSIGN_OR_RETURN(in_proj_, concat_rows(parts, &ctx));
+  // One GEMM for all six parts when q | k | v | z and b | a share a format; two otherwise
+  // (FP8 checkpoints keep in_proj_b / in_proj_a in BF16: modules_to_not_convert).
+  if (same_weight_format(qkvz_parts[0], ba_parts[0])) {
+    std::vector<LinearWeight> all = qkvz_parts;
+    all.insert(all.end(), ba_parts.begin(), ba_parts.end());
+    VLLM_ASSIGN_OR_RETURN(in_proj_, concat_linear_rows(all, &ctx));
+    in_proj_ba_ = LinearWeight();
+  } else {
+    auto fused = concat_linear_rows(qkvz_parts, &ctx);
+    if (!fused) return fused.status().with_context(qkvz_name);
+    in_proj_ = std::move(*fused);
+    fused = concat_linear_rows(ba_parts, &ctx);
+    if (!fused) return fused.status().with_context(ba_name);
+    in_proj_ba_ = std::move(*fused);
+  }
   // The conv channels are q | k | v, each split like the projection's parts.
   const int64_t kernel = spec.conv_kernel;
   const std::string conv_name = a + "conv1d.weight";
@@ -98,8 +119,9 @@ Status GdnLayer::load(WeightSource& w, const std::string& a, const GdnSpec& spec
   VLLM_ASSIGN_OR_RETURN(A_log_, w.get_slice(a + "A_log", {hv}, heads));
   VLLM_ASSIGN_OR_RETURN(dt_bias_, w.get_slice(a + "dt_bias", {hv}, heads));
   VLLM_ASSIGN_OR_RETURN(norm_, w.get(a + "norm.weight", {dv}));
-  VLLM_ASSIGN_OR_RETURN(out_proj_, w.get_slice(a + "out_proj.weight", {hidden, value_dim},
-                                               WeightSlice{1, values.begin * dv, values.end * dv}));
+  VLLM_ASSIGN_OR_RETURN(out_proj_,
+                        w.get_linear_slice(a + "out_proj.weight", {hidden, value_dim},
+                                           WeightSlice{1, values.begin * dv, values.end * dv}));
   return Status::ok();
 }
 
@@ -109,7 +131,14 @@ Status GdnLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInpu
   const int64_t tokens = x.size(0), hv = s.num_value_heads;
   const int64_t key_dim = s.key_dim(), value_dim = s.value_dim(), conv_dim = s.conv_dim();
   VLLM_ASSIGN_OR_RETURN(Tensor proj, ctx.act({tokens, conv_dim + value_dim + 2 * hv}));
-  VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_, Tensor(), proj));
+  if (in_proj_ba_.defined()) {
+    Tensor qkvz = proj.slice(1, 0, conv_dim + value_dim);
+    Tensor ba = proj.slice(1, conv_dim + value_dim, conv_dim + value_dim + 2 * hv);
+    VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_, Tensor(), qkvz));
+    VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_ba_, Tensor(), ba));
+  } else {
+    VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_, Tensor(), proj));
+  }
   Tensor z = proj.slice(1, conv_dim, conv_dim + value_dim);
   Tensor b = proj.slice(1, conv_dim + value_dim, conv_dim + value_dim + hv);
   Tensor a = proj.slice(1, conv_dim + value_dim + hv, conv_dim + value_dim + 2 * hv);

@@ -1,6 +1,6 @@
 // The Gated DeltaNet mixer of the Qwen3.5 / Qwen3.6 / Qwen3-Next hybrids (transformers'
 // Qwen3_5GatedDeltaNet), over the op layer:
-//   [q | k | v | z | b | a] = x @ in_proj^T         one fused GEMM
+//   [q | k | v | z | b | a] = x @ in_proj^T         one fused GEMM (two for mixed formats)
 //   q, k, v = silu(causal_conv1d([q | k | v]))      continuing from the conv state
 //   g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
 //   o = gated_delta_rule(q, k, v, g, beta)           continuing from the recurrent state
@@ -46,12 +46,16 @@ class GdnLayer {
                  Tensor& ssm_state, Tensor& out) const;
 
  private:
-  GdnSpec spec_;            // this rank's heads
-  Tensor in_proj_;          // [conv_dim + value_dim + 2 * Hv, hidden]: q | k | v | z | b | a
+  GdnSpec spec_;  // this rank's heads
+  // [conv_dim + value_dim + 2 * Hv, hidden]: q | k | v | z | b | a; or, when b and a come in
+  // another weight format than the rest (an FP8 checkpoint's BF16 in_proj_b / in_proj_a),
+  // [conv_dim + value_dim, hidden]: q | k | v | z, with in_proj_ba_ [2 * Hv, hidden]: b | a.
+  LinearWeight in_proj_;
+  LinearWeight in_proj_ba_;
   Tensor conv_weight_;      // [conv_dim, K]
   Tensor A_log_, dt_bias_;  // [Hv]
   Tensor norm_;             // [Dv]
-  Tensor out_proj_;         // [hidden, value_dim]
+  LinearWeight out_proj_;   // [hidden, value_dim]
 };
 
 }  // namespace vllm

@@ -11,17 +11,19 @@ Status MlpLayer::load(WeightSource& w, const std::string& p, int64_t hidden, int
   VLLM_ASSIGN_OR_RETURN(ShardRange part,
                         tp_split(ctx, inter, "the intermediate size of " + p + "gate_proj"));
   const WeightSlice rows{0, part.begin, part.end};
-  VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get_slice(p + "gate_proj.weight", {inter, hidden}, rows));
-  VLLM_ASSIGN_OR_RETURN(Tensor up, w.get_slice(p + "up_proj.weight", {inter, hidden}, rows));
-  if (gate.dtype() != up.dtype()) {
+  VLLM_ASSIGN_OR_RETURN(LinearWeight gate,
+                        w.get_linear_slice(p + "gate_proj.weight", {inter, hidden}, rows));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight up,
+                        w.get_linear_slice(p + "up_proj.weight", {inter, hidden}, rows));
+  if (!same_weight_format(gate, up)) {
     return make_error(ErrorCode::kUnsupported,
-                      "tensor '{}gate_proj.weight' has dtype {} but '{}up_proj.weight' has {}; "
-                      "they must match",
-                      p, dtype_name(gate.dtype()), p, dtype_name(up.dtype()));
+                      "tensor '{}gate_proj.weight' is {} but '{}up_proj.weight' is {}; they must "
+                      "match",
+                      p, weight_format(gate), p, weight_format(up));
   }
-  VLLM_ASSIGN_OR_RETURN(gate_up_, concat_rows({gate, up}, &ctx));
-  VLLM_ASSIGN_OR_RETURN(down_, w.get_slice(p + "down_proj.weight", {hidden, inter},
-                                           WeightSlice{1, part.begin, part.end}));
+  VLLM_ASSIGN_OR_RETURN(gate_up_, concat_linear_rows({gate, up}, &ctx));
+  VLLM_ASSIGN_OR_RETURN(down_, w.get_linear_slice(p + "down_proj.weight", {hidden, inter},
+                                                  WeightSlice{1, part.begin, part.end}));
   return Status::ok();
 }
 

@@ -1,7 +1,9 @@
 // The dense SwiGLU MLP every model shares: out = down(silu(gate(x)) * up(x)), with gate and
-// up fused into one [2I, H] matrix (one GEMM). Under tensor parallelism each rank holds its
-// slice of the intermediate features (gate/up rows, down columns) and out is all-reduced --
-// unless the caller reduces it together with more (the MoE block's shared expert).
+// up fused into one [2I, H] matrix (one GEMM). Weights are float or block-scaled FP8
+// (model/weights.h); gate and up must share a format. Under tensor parallelism each rank
+// holds its slice of the intermediate features (gate/up rows, down columns) and out is
+// all-reduced -- unless the caller reduces it together with more (the MoE block's shared
+// expert).
 #pragma once
 
 #include <string>
@@ -24,7 +26,7 @@ class MlpLayer {
 
   // Weights from elsewhere (this rank's shard): gate_up [2I, H] (gate rows, then up rows),
   // down [H, I]; forward leaves partial sums.
-  void set(Tensor gate_up, Tensor down) {
+  void set(LinearWeight gate_up, LinearWeight down) {
     gate_up_ = std::move(gate_up);
     down_ = std::move(down);
     reduce_results_ = false;
@@ -33,8 +35,8 @@ class MlpLayer {
   bool loaded() const { return down_.defined(); }
 
  private:
-  Tensor gate_up_;  // [2I, H]: gate rows then up rows
-  Tensor down_;     // [H, I]
+  LinearWeight gate_up_;  // [2I, H]: gate rows then up rows
+  LinearWeight down_;     // [H, I]
   bool reduce_results_ = true;
 };
 

@@ -2,63 +2,95 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "model/tensor_parallel.h"
 
 namespace vllm {
 
-// One stacked [E, rows, cols] tensor filled part by part on the parts' device: each part is
-// copied into place as soon as it is read (and dropped by the caller), so a per-expert
-// checkpoint never holds the experts twice.
+// One stacked [E, rows, cols] linear weight filled part by part on the parts' device: each
+// part is copied into place as soon as it is read (and dropped by the caller), so a
+// per-expert checkpoint never holds the experts twice. FP8 parts bring their scales: the
+// stack keeps the parts' grid where every part starts on a block boundary (`part_starts`:
+// the rows where the parts of one expert begin), else one scale row per weight row.
 class ExpertStack {
  public:
-  ExpertStack(std::string name, Shape shape) : name_(std::move(name)), shape_(std::move(shape)) {}
+  ExpertStack(std::string name, Shape shape, std::vector<int64_t> part_starts)
+      : name_(std::move(name)), shape_(std::move(shape)), part_starts_(std::move(part_starts)) {}
 
   // Copies `part` [n, cols] into rows [row, row + n) of expert `expert`.
-  Status put(const ExecContext& ctx, const std::string& part_name, const Tensor& part,
+  Status put(const ExecContext& ctx, const std::string& part_name, const LinearWeight& part,
              int64_t expert, int64_t row) {
     if (!stack_.defined()) {
-      auto made = empty_weight(shape_, part.dtype(), part.device(), &ctx);
-      if (!made) {
-        const DeviceMemory m = device_memory(part.device());
-        return make_error(made.status().code(),
-                          "cannot place the stacked expert weight '{}' ({} bytes) on {}: {} "
-                          "({:.2f} GiB free of {:.2f} GiB)",
-                          name_, Tensor::empty(shape_, part.dtype(), Device::meta()).nbytes(),
-                          part.device().to_string(), made.status().message(),
-                          static_cast<double>(m.free_bytes) / (1 << 30),
-                          static_cast<double>(m.total_bytes) / (1 << 30));
-      }
-      stack_ = *made;
-    } else if (part.dtype() != stack_.dtype()) {
+      VLLM_RETURN_IF_ERROR(allocate(ctx, part));
+    } else if (!same_weight_format(part, stack_)) {
       return make_error(ErrorCode::kUnsupported,
-                        "tensor '{}' has dtype {} but the expert weights read before it have {}; "
-                        "they must match",
-                        part_name, dtype_name(part.dtype()), dtype_name(stack_.dtype()));
+                        "tensor '{}' is {} but the expert weights read before it are {}; they "
+                        "must match",
+                        part_name, weight_format(part), weight_format(stack_));
     }
     if (part.device().is_meta()) return Status::ok();
-    Tensor dst = stack_.slice(0, expert, expert + 1)
+    Tensor dst = stack_.weight.slice(0, expert, expert + 1)
                      .view({shape_[1], shape_[2]})
                      .slice(0, row, row + part.size(0));
-    return ops::copy(ctx, part, dst);
+    VLLM_RETURN_IF_ERROR(ops::copy(ctx, part.weight, dst));
+    if (!part.is_fp8()) return Status::ok();
+    const Shape& grid = stack_.scale_inv.shape();
+    Tensor scales = stack_.scale_inv.slice(0, expert, expert + 1).view({grid[1], grid[2]});
+    if (stack_.block.n == part.block.n) {
+      const int64_t first = row / part.block.n;
+      Tensor dst_scales = scales.slice(0, first, first + part.scale_inv.size(0));
+      return ops::copy(ctx, part.scale_inv, dst_scales);
+    }
+    VLLM_ASSIGN_OR_RETURN(Tensor per_row, scales_per_row(part));
+    Tensor dst_scales = scales.slice(0, row, row + part.size(0));
+    return ops::copy(ctx, per_row, dst_scales);
   }
 
   // Copies a [n, r, cols] stack of experts into rows [row, row + r) of experts [0, n).
-  Status put_experts(const ExecContext& ctx, const std::string& part_name, const Tensor& part,
+  Status put_experts(const ExecContext& ctx, const std::string& part_name, const LinearWeight& part,
                      int64_t row = 0) {
     for (int64_t e = 0; e < part.size(0); ++e) {
-      VLLM_RETURN_IF_ERROR(
-          put(ctx, part_name, part.slice(0, e, e + 1).view({part.size(1), part.size(2)}), e, row));
+      LinearWeight one(part.weight.slice(0, e, e + 1).view({part.size(1), part.size(2)}));
+      if (part.is_fp8()) {
+        const Shape& grid = part.scale_inv.shape();
+        one = LinearWeight(one.weight, part.scale_inv.slice(0, e, e + 1).view({grid[1], grid[2]}),
+                           part.block);
+      }
+      VLLM_RETURN_IF_ERROR(put(ctx, part_name, one, e, row));
     }
     return Status::ok();
   }
 
-  Tensor take() { return std::move(stack_); }
+  LinearWeight take() { return std::move(stack_); }
 
  private:
+  Status allocate(const ExecContext& ctx, const LinearWeight& part) {
+    auto made = empty_weight(shape_, part.dtype(), part.device(), &ctx);
+    if (!made) {
+      const DeviceMemory m = device_memory(part.device());
+      return make_error(made.status().code(),
+                        "cannot place the stacked expert weight '{}' ({} bytes) on {}: {} "
+                        "({:.2f} GiB free of {:.2f} GiB)",
+                        name_, Tensor::empty(shape_, part.dtype(), Device::meta()).nbytes(),
+                        part.device().to_string(), made.status().message(),
+                        static_cast<double>(m.free_bytes) / (1 << 30),
+                        static_cast<double>(m.total_bytes) / (1 << 30));
+    }
+    stack_ = LinearWeight(*made);
+    if (!part.is_fp8()) return Status::ok();
+    bool aligned = true;
+    for (int64_t start : part_starts_) aligned &= start % part.block.n == 0;
+    stack_.block = aligned ? part.block : WeightBlock{1, part.block.k};
+    VLLM_ASSIGN_OR_RETURN(stack_.scale_inv, empty_weight(fp8_scale_shape(shape_, stack_.block),
+                                                         DType::kF32, part.device(), &ctx));
+    return Status::ok();
+  }
+
   std::string name_;
   Shape shape_;
-  Tensor stack_;
+  std::vector<int64_t> part_starts_;
+  LinearWeight stack_;
 };
 
 Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec,
@@ -108,24 +140,22 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
   // Tensor parallelism: every rank holds every expert's slice of the intermediate features.
   VLLM_ASSIGN_OR_RETURN(ShardRange part, tp_split(ctx, inter, "moe_intermediate_size"));
   const int64_t local = part.size();
-  ExpertStack gate_up(m + "experts.gate_up_proj", {slots, 2 * local, hidden});
-  ExpertStack down(m + "experts.down_proj", {slots, hidden, local});
+  ExpertStack gate_up(m + "experts.gate_up_proj", {slots, 2 * local, hidden}, {0, local});
+  ExpertStack down(m + "experts.down_proj", {slots, hidden, local}, {0});
   if (w.contains(m + "experts.gate_up_proj")) {
     const std::string gate_up_name = m + "experts.gate_up_proj",
                       down_name = m + "experts.down_proj";
     const Shape gate_up_shape{experts, 2 * inter, hidden}, down_shape{experts, hidden, inter};
     if (ctx.tp_size() == 1) {
-      VLLM_ASSIGN_OR_RETURN(Tensor fused_gate_up, w.get(gate_up_name, gate_up_shape));
-      VLLM_ASSIGN_OR_RETURN(Tensor fused_down, w.get(down_name, down_shape));
-      if (fused_down.dtype() != fused_gate_up.dtype()) {
+      VLLM_ASSIGN_OR_RETURN(LinearWeight fused_gate_up, w.get_linear(gate_up_name, gate_up_shape));
+      VLLM_ASSIGN_OR_RETURN(LinearWeight fused_down, w.get_linear(down_name, down_shape));
+      if (!same_weight_format(fused_down, fused_gate_up)) {
         return make_error(ErrorCode::kUnsupported,
-                          "tensor '{}' has dtype {} but '{}' has {}; they must match", down_name,
-                          dtype_name(fused_down.dtype()), gate_up_name,
-                          dtype_name(fused_gate_up.dtype()));
+                          "tensor '{}' is {} but '{}' is {}; they must match", down_name,
+                          weight_format(fused_down), gate_up_name, weight_format(fused_gate_up));
       }
       if (!shared_in_experts_) {
-        experts_.gate_up = fused_gate_up;
-        experts_.down = fused_down;
+        experts_.set(fused_gate_up, fused_down);
         return Status::ok();
       }
       VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, gate_up_name, fused_gate_up));
@@ -133,18 +163,20 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
     } else {
       // Each expert's gate rows [i0, i1), up rows [I + i0, I + i1) and down columns [i0, i1).
       {
-        VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get_slice(gate_up_name, gate_up_shape,
-                                                       WeightSlice{1, part.begin, part.end}));
+        VLLM_ASSIGN_OR_RETURN(
+            LinearWeight gate,
+            w.get_linear_slice(gate_up_name, gate_up_shape, WeightSlice{1, part.begin, part.end}));
         VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, gate_up_name, gate, 0));
       }
       {
-        VLLM_ASSIGN_OR_RETURN(Tensor up,
-                              w.get_slice(gate_up_name, gate_up_shape,
-                                          WeightSlice{1, inter + part.begin, inter + part.end}));
+        VLLM_ASSIGN_OR_RETURN(LinearWeight up, w.get_linear_slice(gate_up_name, gate_up_shape,
+                                                                  WeightSlice{1, inter + part.begin,
+                                                                              inter + part.end}));
         VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, gate_up_name, up, local));
       }
       VLLM_ASSIGN_OR_RETURN(
-          Tensor dn, w.get_slice(down_name, down_shape, WeightSlice{2, part.begin, part.end}));
+          LinearWeight dn,
+          w.get_linear_slice(down_name, down_shape, WeightSlice{2, part.begin, part.end}));
       VLLM_RETURN_IF_ERROR(down.put_experts(ctx, down_name, dn));
     }
   } else {
@@ -163,14 +195,14 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
   if (shared_in_experts_) {
     VLLM_RETURN_IF_ERROR(put_mlp(w, m + "shared_expert.", experts, ctx, gate_up, down));
   }
-  experts_.gate_up = gate_up.take();
-  experts_.down = down.take();
-  if (experts_.down.dtype() != experts_.gate_up.dtype()) {
+  const LinearWeight stacked_gate_up = gate_up.take(), stacked_down = down.take();
+  if (!same_weight_format(stacked_down, stacked_gate_up)) {
     return make_error(ErrorCode::kUnsupported,
-                      "tensor '{}experts.0.down_proj.weight' has dtype {} but the gate and up "
-                      "projections have {}; they must match",
-                      m, dtype_name(experts_.down.dtype()), dtype_name(experts_.gate_up.dtype()));
+                      "tensor '{}experts.0.down_proj.weight' is {} but the gate and up "
+                      "projections are {}; they must match",
+                      m, weight_format(stacked_down), weight_format(stacked_gate_up));
   }
+  experts_.set(stacked_gate_up, stacked_down);
   return Status::ok();
 }
 
@@ -187,14 +219,13 @@ Status MoeLayer::load_local_experts(WeightSource& w, const std::string& m, const
   const int64_t base = experts / ranks, remainder = experts % ranks;
   const int64_t count = base + (rank < remainder ? 1 : 0);
   const int64_t first = rank * base + std::min(rank, remainder);
-  experts_.first_expert = first;
-  experts_.num_experts = experts;
+  LinearWeight stacked_gate_up, stacked_down;
   if (w.contains(m + "experts.gate_up_proj")) {
     const WeightSlice mine{0, first, first + count};
-    VLLM_ASSIGN_OR_RETURN(experts_.gate_up, w.get_slice(m + "experts.gate_up_proj",
-                                                        {experts, 2 * inter, hidden}, mine));
-    VLLM_ASSIGN_OR_RETURN(experts_.down,
-                          w.get_slice(m + "experts.down_proj", {experts, hidden, inter}, mine));
+    VLLM_ASSIGN_OR_RETURN(stacked_gate_up, w.get_linear_slice(m + "experts.gate_up_proj",
+                                                              {experts, 2 * inter, hidden}, mine));
+    VLLM_ASSIGN_OR_RETURN(
+        stacked_down, w.get_linear_slice(m + "experts.down_proj", {experts, hidden, inter}, mine));
   } else {
     const std::string extra = m + "experts." + std::to_string(experts) + ".gate_proj.weight";
     if (w.contains(extra)) {
@@ -202,21 +233,24 @@ Status MoeLayer::load_local_experts(WeightSource& w, const std::string& m, const
                         "tensor '{}' is in the checkpoint, but config.json has num_experts = {}",
                         extra, experts);
     }
-    ExpertStack gate_up(m + "experts.gate_up_proj", {count, 2 * inter, hidden});
-    ExpertStack down(m + "experts.down_proj", {count, hidden, inter});
+    ExpertStack gate_up(m + "experts.gate_up_proj", {count, 2 * inter, hidden}, {0, inter});
+    ExpertStack down(m + "experts.down_proj", {count, hidden, inter}, {0});
     for (int64_t e = first; e < first + count; ++e) {
       VLLM_RETURN_IF_ERROR(
           put_mlp(w, m + "experts." + std::to_string(e) + ".", e - first, ctx, gate_up, down));
     }
-    experts_.gate_up = gate_up.take();
-    experts_.down = down.take();
+    stacked_gate_up = gate_up.take();
+    stacked_down = down.take();
   }
-  if (experts_.down.dtype() != experts_.gate_up.dtype()) {
+  if (!same_weight_format(stacked_down, stacked_gate_up)) {
     return make_error(ErrorCode::kUnsupported,
-                      "{}experts: the down projections have dtype {} but the gate and up "
-                      "projections have {}; they must match",
-                      m, dtype_name(experts_.down.dtype()), dtype_name(experts_.gate_up.dtype()));
+                      "{}experts: the down projections are {} but the gate and up projections "
+                      "are {}; they must match",
+                      m, weight_format(stacked_down), weight_format(stacked_gate_up));
   }
+  experts_.set(stacked_gate_up, stacked_down);
+  experts_.first_expert = first;
+  experts_.num_experts = experts;
   return Status::ok();
 }
 
@@ -230,15 +264,17 @@ Status MoeLayer::put_mlp(WeightSource& w, const std::string& x, int64_t slot,
   }
   const WeightSlice rows{0, part.begin, part.end};
   {
-    VLLM_ASSIGN_OR_RETURN(Tensor gate, w.get_slice(x + "gate_proj.weight", {inter, hidden}, rows));
+    VLLM_ASSIGN_OR_RETURN(LinearWeight gate,
+                          w.get_linear_slice(x + "gate_proj.weight", {inter, hidden}, rows));
     VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "gate_proj.weight", gate, slot, 0));
   }
   {
-    VLLM_ASSIGN_OR_RETURN(Tensor up, w.get_slice(x + "up_proj.weight", {inter, hidden}, rows));
+    VLLM_ASSIGN_OR_RETURN(LinearWeight up,
+                          w.get_linear_slice(x + "up_proj.weight", {inter, hidden}, rows));
     VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "up_proj.weight", up, slot, part.size()));
   }
-  VLLM_ASSIGN_OR_RETURN(Tensor dn, w.get_slice(x + "down_proj.weight", {hidden, inter},
-                                               WeightSlice{1, part.begin, part.end}));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight dn, w.get_linear_slice(x + "down_proj.weight", {hidden, inter},
+                                                            WeightSlice{1, part.begin, part.end}));
   return down.put(ctx, x + "down_proj.weight", dn, slot, 0);
 }
 
