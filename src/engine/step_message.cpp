@@ -62,7 +62,8 @@ class Reader {
     VLLM_RETURN_IF_ERROR(get(count));
     if (count > (in_.size() - pos_) / sizeof(T)) return truncated();
     v.resize(static_cast<size_t>(count));
-    std::memcpy(v.data(), in_.data() + pos_, v.size() * sizeof(T));
+    // An empty vector's data() may be null, which memcpy must not be given even for 0 bytes.
+    if (count > 0) std::memcpy(v.data(), in_.data() + pos_, v.size() * sizeof(T));
     pos_ += v.size() * sizeof(T);
     return Status::ok();
   }
@@ -92,7 +93,7 @@ class Reader {
     const size_t bytes = static_cast<size_t>(numel) * dtype_size(expected);
     VLLM_RETURN_IF_ERROR(need(bytes));
     t = Tensor::empty(shape, expected);
-    std::memcpy(t.data_ptr(), in_.data() + pos_, bytes);
+    if (bytes > 0) std::memcpy(t.data_ptr(), in_.data() + pos_, bytes);
     pos_ += bytes;
     return Status::ok();
   }

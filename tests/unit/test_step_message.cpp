@@ -60,6 +60,21 @@ TEST(StepMessage, ForwardStepRoundTrips) {
   EXPECT_EQ(back->forward.saves.dst_slots, m.forward.saves.dst_slots);
 }
 
+// Most steps copy no GDN state: the empty parts round-trip as empty (an empty vector's
+// data() may be null, which the decoder must not hand to memcpy).
+TEST(StepMessage, EmptyPartsRoundTrip) {
+  StepMessage m = sample_step();
+  m.forward.restores = {};
+  m.forward.saves = {};
+  auto back = decode_step_message(encode_step_message(m));
+  ASSERT_TRUE(back.has_value()) << back.status().to_string();
+  EXPECT_TRUE(back->forward.restores.src_slots.empty());
+  EXPECT_TRUE(back->forward.restores.dst_slots.empty());
+  EXPECT_TRUE(back->forward.saves.src_slots.empty());
+  EXPECT_TRUE(back->forward.saves.dst_slots.empty());
+  EXPECT_EQ(back->forward.batch.logits_indices, m.forward.batch.logits_indices);
+}
+
 TEST(StepMessage, CacheAndShutdownRoundTrip) {
   StepMessage m;
   m.kind = StepKind::kInitCache;
