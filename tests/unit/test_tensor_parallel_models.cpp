@@ -67,19 +67,20 @@ struct Comparison {
   int64_t tokens = 0;
 };
 
-// Prefill + `steps` greedy decode steps of each prompt, two prompts batched together, on
-// one rank and on `tp`; the logits of every row compared.
-// How a comparison loads the model (both sides) and runs the sharded one.
+// How a comparison loads the model (both sides) and runs the sharded one. Every member has
+// an initializer, so designated initializers may leave any out (GCC 12 warns otherwise).
 struct TpRun {
   int tp = 2;
-  int steps = 4;      // greedy decode steps after the prefill
-  std::string label;  // printed; empty: the folder's name
+  int steps = 4;        // greedy decode steps after the prefill
+  std::string label{};  // printed; empty: the folder's name
   std::string load_format = "auto";
-  std::string step_channel;
+  std::string step_channel{};
   bool expert_parallel = false;
-  std::string quantization;
+  std::string quantization{};
 };
 
+// Prefill + `steps` greedy decode steps of each prompt, two prompts batched together, on
+// one rank and on `tp`; the logits of every row compared.
 void compare(const fs::path& dir, const TpRun& run) {
   const int tp = run.tp, steps = run.steps;
   const std::string label = run.label.empty() ? dir.filename().string() : run.label;
