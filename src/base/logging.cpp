@@ -85,6 +85,15 @@ bool enabled(Level level) {
   return level != Level::kOff && static_cast<int>(level) >= current_level().load();
 }
 
+void set_line_prefix(const std::string& prefix) {
+  std::string escaped;
+  for (char c : prefix) {
+    if (c == '%') escaped += '%';
+    escaped += c;
+  }
+  logger().set_pattern(escaped + "%^%L%$ %m-%d %H:%M:%S %v");
+}
+
 void write(Level level, const char* file, int line, std::string_view message) {
   const char* base = std::strrchr(file, '/');
   base = base != nullptr ? base + 1 : file;

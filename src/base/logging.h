@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -19,6 +20,10 @@ Expected<Level> parse_level(std::string_view name);
 void set_level(Level level);
 Level level();
 bool enabled(Level level);
+
+// Starts every line with `prefix` (as vLLM's workers do: "(Worker rank=1 pid=42) INFO ...");
+// call before other threads log.
+void set_line_prefix(const std::string& prefix);
 
 // Writes one line; thread-safe (lines from different threads never interleave).
 void write(Level level, const char* file, int line, std::string_view message);

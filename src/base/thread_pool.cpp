@@ -185,6 +185,19 @@ void ThreadPool::parallel_for(int64_t begin, int64_t end, int64_t grain,
   done_cv_.wait(lock, [&] { return job.done(); });
 }
 
+namespace {
+
+std::atomic<int> requested_threads{0};
+std::atomic<bool> pool_created{false};
+
+}  // namespace
+
+bool set_default_num_threads(int num_threads) {
+  if (pool_created.load()) return false;
+  requested_threads.store(std::max(1, num_threads));
+  return true;
+}
+
 int default_num_threads() {
   if (const char* env = std::getenv("VLLM_CPU_THREADS"); env != nullptr && *env != '\0') {
     char* parse_end = nullptr;
@@ -198,13 +211,17 @@ int default_num_threads() {
         "hardware threads instead",
         env, std::max(1u, std::thread::hardware_concurrency()));
   }
+  if (const int requested = requested_threads.load(); requested > 0) return requested;
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 ThreadPool& default_thread_pool() {
   // Leaked on purpose: workers stay parked until exit, and no static destructor can find
   // the pool already gone.
-  static ThreadPool* pool = new ThreadPool(default_num_threads());
+  static ThreadPool* pool = [] {
+    pool_created.store(true);
+    return new ThreadPool(default_num_threads());
+  }();
   return *pool;
 }
 

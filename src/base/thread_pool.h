@@ -69,9 +69,12 @@ class ThreadPool {
   std::atomic<int64_t> queued_{0};  // jobs_.size(), readable without the lock
 };
 
-// Threads for the default pool: VLLM_CPU_THREADS when set to a positive integer, else
-// std::thread::hardware_concurrency() (at least 1).
+// Threads for the default pool: VLLM_CPU_THREADS when set to a positive integer, else the
+// count set_default_num_threads() gave, else std::thread::hardware_concurrency() (at least 1).
 int default_num_threads();
+// The default pool's size when VLLM_CPU_THREADS is unset (a tensor-parallel rank's share of
+// the cores). False, and nothing changed, once the pool exists.
+bool set_default_num_threads(int num_threads);
 
 // The process-wide pool, created on first use with default_num_threads(). It is never
 // destroyed (its workers idle until the process exits), so static destructors may use it.

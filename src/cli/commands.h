@@ -22,5 +22,7 @@ Runner add_serve_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
 // `vllm render-chat`: JSON chat requests on stdin -> rendered prompts (JSON strings).
 Runner add_render_chat_command(CLI::App& app);
+// `vllm worker` (hidden): a tensor-parallel worker that rank 0 started.
+Runner add_worker_command(CLI::App& app);
 
 }  // namespace vllm::cli

@@ -7,13 +7,15 @@
 namespace vllm::cli {
 
 void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
-  cmd->add_option("--load-format", flags->load_format, "auto | safetensors | dummy (random weights)")
+  cmd->add_option("--load-format", flags->load_format,
+                  "auto | safetensors | dummy (random weights)")
       ->check(CLI::IsMember({"auto", "safetensors", "dummy"}));
   cmd->add_option("--quantization", flags->quantization,
                   "fp8: quantize a float checkpoint's linear weights to 128x128-block FP8 at "
                   "load (FP8 checkpoints are read as they are without it); cpu only for now")
       ->check(CLI::IsMember({"fp8"}));
-  cmd->add_option("--max-num-seqs", flags->engine.scheduler.max_num_seqs)->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-seqs", flags->engine.scheduler.max_num_seqs)
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-num-batched-tokens", flags->engine.scheduler.max_num_batched_tokens)
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-model-len", flags->max_model_len)->check(CLI::PositiveNumber);
@@ -38,7 +40,8 @@ void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
                   "CUDA: decode batch sizes to capture graphs for (one value: 1, 2, 4, 8, 16, "
                   "... up to it; default up to --max-num-seqs)")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching);
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
+                flags->enable_prefix_caching);
   cmd->add_option("--mamba-cache-interval", flags->engine.mamba_cache_interval,
                   "Hybrid models: prompt tokens between GDN state snapshots (a multiple of "
                   "--block-size; 0: only prompt ends, shared-prefix junctions and outputs; "
@@ -51,6 +54,22 @@ void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
   cmd->add_option("--num-mamba-snapshots-override", flags->engine.num_mamba_snapshots_override,
                   "Hybrid models: number of GDN state snapshots, whatever the budget")
       ->check(CLI::NonNegativeNumber);
+  engine::ParallelConfig& p = flags->parallel;
+  cmd->add_option("--tensor-parallel-size", p.tensor_parallel_size,
+                  "ranks to shard the model over (-tp; this process is rank 0 and starts the "
+                  "others as worker processes)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_flag("--enable-expert-parallel", p.enable_expert_parallel,
+                "MoE layers: whole experts per rank instead of a slice of every expert");
+  cmd->add_option("--nnodes", p.nnodes, "hosts the ranks run on (torchrun's name)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--node-rank", p.node_rank, "this host's index among --nnodes")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--master-addr", p.master_addr,
+                  "where rank 0 listens for the other ranks (default 127.0.0.1)");
+  cmd->add_option("--master-port", p.master_port,
+                  "the rendezvous port (default: a free port on one host, 29501 across hosts)")
+      ->check(CLI::Range(1, 65535));
 }
 
 SamplingParams generation_defaults(const GenerationConfig& generation) {

@@ -1,9 +1,14 @@
 // Model folder -> running EngineCore; see engine_args.h.
 #include "engine/engine_args.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 
+#include "base/thread_pool.h"
 #include "model/model.h"
+#include "model/tensor_parallel.h"
 #include "structured/vocab.h"
 
 namespace vllm::engine {
@@ -45,6 +50,39 @@ Expected<std::pair<Device, DType>> resolve_device(const std::string& device_name
   return std::make_pair(device, dtype);
 }
 
+namespace {
+
+// Tensor parallelism: checks that need no worker, then the workers started (they load their
+// shards while rank 0 loads its own).
+Expected<std::unique_ptr<WorkerGroup>> start_workers(const EngineArgs& args, Device device) {
+  const ParallelConfig& p = args.parallel;
+  if (device.is_cuda()) {
+    return make_error(ErrorCode::kUnsupported,
+                      "--tensor-parallel-size {} on cuda needs the NCCL communicator, which this "
+                      "build does not have yet; --device cpu runs it on the CPU",
+                      p.tensor_parallel_size);
+  }
+  VLLM_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(args.model));
+  VLLM_RETURN_IF_ERROR(check_tensor_parallel(config, p.tensor_parallel_size));
+  // The host's cores shared among the ranks, unless VLLM_CPU_THREADS says otherwise (the
+  // workers get the same count through their environment).
+  if (std::getenv("VLLM_CPU_THREADS") == nullptr) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    set_default_num_threads(std::max(1, cores / p.tensor_parallel_size));
+  }
+  WorkerLoadSpec spec;
+  spec.model = args.model;
+  spec.load_format = args.load_format;
+  spec.device = args.device;
+  spec.dtype = args.dtype;
+  spec.max_model_len = args.max_model_len;
+  spec.enable_expert_parallel = p.enable_expert_parallel;
+  spec.quantization = args.quantization;
+  return WorkerGroup::start(p, spec);
+}
+
+}  // namespace
+
 Expected<LoadedEngine> build_engine(const EngineArgs& args) {
   LoadOptions load;
   load.max_model_len = args.max_model_len;
@@ -53,8 +91,24 @@ Expected<LoadedEngine> build_engine(const EngineArgs& args) {
   VLLM_ASSIGN_OR_RETURN(auto placement, resolve_device(args.device, args.dtype));
   load.device = placement.first;
   load.dtype = placement.second;
+  std::unique_ptr<WorkerGroup> workers;
+  if (args.parallel.tensor_parallel_size != 1 || args.parallel.nnodes != 1) {
+    auto started = start_workers(args, load.device);
+    if (!started) return started.status().with_context("cannot start tensor parallelism");
+    workers = std::move(*started);
+    load.comm = workers->communicator();
+    load.enable_expert_parallel = args.parallel.enable_expert_parallel;
+  }
   auto model = load_model(args.model, load);
-  if (!model) return model.status().with_context("cannot load model");
+  if (!model) {
+    // The workers need not finish loading: the group goes down at once.
+    if (workers) workers->abort(model.status());
+    return model.status().with_context("cannot load model");
+  }
+  if (workers) {
+    Status ready = workers->wait_ready();
+    if (!ready.is_ok()) return ready.with_context("cannot load model");
+  }
   LoadedEngine out;
   VLLM_ASSIGN_OR_RETURN(out.generation, load_generation_config(args.model));
   const std::filesystem::path tokenizer_file = std::filesystem::path(args.model) / "tokenizer.json";
@@ -78,7 +132,8 @@ Expected<LoadedEngine> build_engine(const EngineArgs& args) {
     if (!v) return v.status().with_context("cannot read the tokenizer's vocabulary");
     vocab = std::move(*v);
   }
-  auto core = EngineCore::create(std::move(*model), config, std::move(eos), std::move(vocab));
+  auto core = EngineCore::create(std::move(*model), config, std::move(eos), std::move(vocab),
+                                 std::move(workers));
   if (!core) return core.status().with_context("cannot start the engine");
   out.core = std::move(*core);
   return out;

@@ -13,22 +13,24 @@
 
 #include "base/status.h"
 #include "engine/engine_core.h"
+#include "engine/parallel_config.h"
 #include "loader/hf_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vllm::engine {
 
 struct EngineArgs {
-  std::string model;                  // Hugging Face model folder
-  std::string load_format = "auto";   // auto | safetensors | dummy
-  std::string quantization;           // "" | fp8 (vLLM's --quantization; see LoadOptions)
-  std::string device = "auto";        // auto (cuda when a GPU is usable) | cuda | cpu
-  std::string dtype = "auto";         // auto (bfloat16 on cuda, float32 on cpu) | bfloat16 | float32
-  int64_t max_model_len = 0;          // 0: the config's max_position_embeddings
-  EngineConfig engine;                // scheduler limits, block size, KV budget
+  std::string model;                 // Hugging Face model folder
+  std::string load_format = "auto";  // auto | safetensors | dummy
+  std::string quantization;          // "" | fp8 (vLLM's --quantization; see LoadOptions)
+  std::string device = "auto";       // auto (cuda when a GPU is usable) | cuda | cpu
+  std::string dtype = "auto";        // auto (bfloat16 on cuda, float32 on cpu) | bfloat16 | float32
+  int64_t max_model_len = 0;         // 0: the config's max_position_embeddings
+  EngineConfig engine;               // scheduler limits, block size, KV budget
   std::optional<int32_t> num_gpu_blocks_override;
   bool enable_prefix_caching = true;
-  std::optional<int64_t> seed;        // engine seed (sampling without a per-request seed)
+  std::optional<int64_t> seed;  // engine seed (sampling without a per-request seed)
+  ParallelConfig parallel;      // tensor parallelism (worker_group.h)
 };
 
 struct LoadedEngine {
@@ -38,6 +40,8 @@ struct LoadedEngine {
 };
 
 // Errors say which stage failed ("cannot load model: ...", "cannot start the engine: ...").
+// With --tensor-parallel-size N > 1 this process is rank 0: it starts the N - 1 workers,
+// loads its own shard while they load theirs, and owns them through the EngineCore.
 Expected<LoadedEngine> build_engine(const EngineArgs& args);
 
 // --device and --dtype resolved: auto picks cuda when this build has CUDA and a GPU is

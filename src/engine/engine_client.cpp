@@ -76,10 +76,18 @@ EngineClient::EngineClient(std::unique_ptr<EngineCore> core)
       model_config_(core_->model_config()),
       max_model_len_(core_->config().scheduler.max_model_len),
       stats_(core_->stats()) {
+  core_->set_failure_callback([this](const Status& failure) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failure_ = failure;
+    }
+    cv_.notify_all();
+  });
   thread_ = std::thread([this] { loop(); });
 }
 
 EngineClient::~EngineClient() {
+  core_->set_failure_callback(nullptr);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -89,8 +97,8 @@ EngineClient::~EngineClient() {
 }
 
 Expected<std::shared_ptr<OutputStream>> EngineClient::add_request(const std::string& request_id,
-                                                                   std::vector<int32_t> prompt,
-                                                                   SamplingParams params) {
+                                                                  std::vector<int32_t> prompt,
+                                                                  SamplingParams params) {
   std::vector<RequestSpec> one;
   one.push_back({request_id, std::move(prompt), std::move(params)});
   return add_requests(std::move(one));
@@ -206,10 +214,16 @@ void EngineClient::loop() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] {
-        return stop_ || (!paused_ && (!new_requests_.empty() || !aborts_.empty() ||
-                                      core_->has_unfinished_requests()));
+        return stop_ || !failure_.is_ok() ||
+               (!paused_ &&
+                (!new_requests_.empty() || !aborts_.empty() || core_->has_unfinished_requests()));
       });
       if (stop_) break;
+      if (!failure_.is_ok()) {
+        // A tensor-parallel worker died between steps: the engine cannot step again.
+        die(failure_);
+        return;
+      }
       added.swap(new_requests_);
       aborted.swap(aborts_);
     }

@@ -8,7 +8,8 @@
 //
 // A failed step (the model errored, or threw) kills the engine, as vLLM's EngineDeadError:
 // every request in flight ends aborted, new ones are refused, and dead() stays true; the
-// server answers /health with 503 and exits non-zero.
+// server answers /health with 503 and exits non-zero. So does a tensor-parallel worker that
+// dies, even while the engine is idle (EngineCore::set_failure_callback).
 #pragma once
 
 #include <atomic>
@@ -150,6 +151,7 @@ class EngineClient {
   EngineStats stats_;
   bool stop_ = false;
   bool paused_ = false;
+  Status failure_;  // a tensor-parallel worker failed (guarded by mutex_)
   std::atomic<bool> dead_{false};
   Status death_status_;
   std::atomic<int64_t> fail_in_steps_{0};

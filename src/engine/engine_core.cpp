@@ -18,7 +18,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 // How many GDN state snapshots the hybrid model's prefix cache gets (0: prefix caching off),
 // with the start-up log line saying so.
-Expected<int32_t> size_state_snapshots(const ModelConfig& mc, const EngineConfig& config,
+Expected<int32_t> size_state_snapshots(const Model& model, const EngineConfig& config,
                                        int64_t kv_cache_bytes) {
   const int64_t interval = config.scheduler.state_snapshot_interval;
   if (interval < 0 || interval % config.block_size != 0) {
@@ -32,7 +32,7 @@ Expected<int32_t> size_state_snapshots(const ModelConfig& mc, const EngineConfig
     return make_error(ErrorCode::kInvalidArgument,
                       "--mamba-cache-memory-fraction {} must be in [0, 1)", fraction);
   }
-  const int64_t bytes = gdn_state_bytes_per_slot(mc);
+  const int64_t bytes = model.state_bytes_per_slot();
   int64_t count =
       config.num_mamba_snapshots_override.has_value()
           ? *config.num_mamba_snapshots_override
@@ -42,8 +42,7 @@ Expected<int32_t> size_state_snapshots(const ModelConfig& mc, const EngineConfig
                       "--num-mamba-snapshots-override {} must not be negative", count);
   }
   count = std::min<int64_t>(count, std::numeric_limits<int32_t>::max() / 2);
-  if (!config.num_gpu_blocks_override.has_value() &&
-      count * bytes >= kv_cache_bytes) {
+  if (!config.num_gpu_blocks_override.has_value() && count * bytes >= kv_cache_bytes) {
     return make_error(ErrorCode::kInvalidArgument,
                       "{} GDN state snapshots of {} bytes leave nothing of the {}-byte KV cache "
                       "budget",
@@ -69,8 +68,10 @@ Expected<int32_t> size_state_snapshots(const ModelConfig& mc, const EngineConfig
 
 Expected<std::unique_ptr<EngineCore>> EngineCore::create(
     std::unique_ptr<Model> model, const EngineConfig& config, std::vector<int32_t> eos_token_ids,
-    std::shared_ptr<const structured::TokenVocabulary> vocab) {
+    std::shared_ptr<const structured::TokenVocabulary> vocab,
+    std::unique_ptr<WorkerGroup> workers) {
   std::unique_ptr<EngineCore> core(new EngineCore());
+  core->workers_ = std::move(workers);
   if (vocab) core->structured_ = std::make_unique<StructuredOutputManager>(std::move(vocab));
   core->config_ = config;
   core->eos_token_ids_ = std::move(eos_token_ids);
@@ -86,10 +87,12 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(
   const auto attention_layers = static_cast<int32_t>(
       std::count(mc.layer_types.begin(), mc.layer_types.end(), LayerType::kFullAttention));
   const bool hybrid = mc.is_hybrid();
+  // This rank's cache shapes: with tensor parallelism its share of the KV heads.
+  const CacheShapes shapes = model->cache_shapes();
   KVCacheSpec spec;
   spec.block_size = config.block_size;
-  spec.num_kv_heads = static_cast<int32_t>(mc.num_key_value_heads);
-  spec.head_dim = static_cast<int32_t>(mc.head_dim);
+  spec.num_kv_heads = static_cast<int32_t>(shapes.num_kv_heads);
+  spec.head_dim = static_cast<int32_t>(shapes.head_dim);
   spec.dtype_size = static_cast<int32_t>(dtype_size(model->kv_cache_dtype()));
   spec.num_attention_layers = std::max(attention_layers, 1);
   const int64_t num_state_slots = hybrid ? sc.max_num_seqs : 0;
@@ -107,11 +110,11 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(
     sc.state_snapshot_interval = config.mamba_cache_interval.value_or(
         (kDefaultMambaCacheInterval + block - 1) / block * block);
     VLLM_ASSIGN_OR_RETURN(snapshots.num_snapshots,
-                          size_state_snapshots(mc, core->config_, budget.kv_cache_bytes));
+                          size_state_snapshots(*model, core->config_, budget.kv_cache_bytes));
     snapshots.first_slot = sc.max_num_seqs;  // slots below belong to running requests
     caching = snapshots.num_snapshots > 0;
     sizing.available_memory_bytes -=
-        static_cast<int64_t>(snapshots.num_snapshots) * gdn_state_bytes_per_slot(mc);
+        static_cast<int64_t>(snapshots.num_snapshots) * model->state_bytes_per_slot();
   }
   VLLM_ASSIGN_OR_RETURN(int32_t num_blocks, determine_num_gpu_blocks(spec, sizing));
 
@@ -122,11 +125,13 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(
   cache_config.num_blocks = num_blocks;
   cache_config.block_size = config.block_size;
   cache_config.num_state_slots = hybrid ? sc.max_num_seqs + snapshots.num_snapshots : 0;
+  // Every rank's shard has the same cache shapes, so rank 0's sizing holds for all of them.
+  if (core->workers_) VLLM_RETURN_IF_ERROR(core->workers_->init_cache(cache_config));
   VLLM_ASSIGN_OR_RETURN(ModelCache cache, model->create_cache(cache_config));
   core->model_ = std::move(model);
-  core->scheduler_ =
-      std::make_unique<Scheduler>(sc, core->kv_.get(), core->state_slots_.get());
-  core->runner_ = std::make_unique<ModelRunner>(core->model_.get(), std::move(cache), config.seed);
+  core->scheduler_ = std::make_unique<Scheduler>(sc, core->kv_.get(), core->state_slots_.get());
+  core->runner_ = std::make_unique<ModelRunner>(core->model_.get(), std::move(cache), config.seed,
+                                                core->workers_.get());
   if (core->model_->context().is_cuda() && !config.enforce_eager) {
     std::vector<int64_t> sizes = config.cuda_graph_sizes;
     if (sizes.size() <= 1) {
@@ -138,12 +143,17 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(
       return s.with_context("capturing CUDA graphs (--enforce-eager runs without them)");
     }
     const DecodeGraphs& g = *core->runner_->graphs();
-    VLLM_LOG_INFO("CUDA graphs: {} decode batch sizes from {} to {} captured in {:.2f} s, {:.1f} "
-                  "MiB of device memory",
-                  g.sizes().size(), g.sizes().front(), g.sizes().back(), g.capture_seconds(),
-                  static_cast<double>(g.memory_bytes()) / (1 << 20));
+    VLLM_LOG_INFO(
+        "CUDA graphs: {} decode batch sizes from {} to {} captured in {:.2f} s, {:.1f} "
+        "MiB of device memory",
+        g.sizes().size(), g.sizes().front(), g.sizes().back(), g.capture_seconds(),
+        static_cast<double>(g.memory_bytes()) / (1 << 20));
   }
   return core;
+}
+
+void EngineCore::set_failure_callback(std::function<void(const Status&)> callback) {
+  if (workers_) workers_->set_failure_callback(std::move(callback));
 }
 
 Status EngineCore::validate_request(const std::vector<int32_t>& prompt,
@@ -175,7 +185,8 @@ Status EngineCore::validate_request(const std::vector<int32_t>& prompt,
   }
   // A request the whole cache cannot hold would wait forever: refuse it now.
   const auto prompt_len = static_cast<int64_t>(prompt.size());
-  const int64_t max_tokens = params.max_tokens.has_value() ? *params.max_tokens : max_len - prompt_len;
+  const int64_t max_tokens =
+      params.max_tokens.has_value() ? *params.max_tokens : max_len - prompt_len;
   const int64_t needed_tokens = std::min<int64_t>(prompt_len + max_tokens, max_len);
   const int64_t needed_blocks = (needed_tokens + config_.block_size - 1) / config_.block_size;
   if (needed_blocks > kv_->num_usable_blocks()) {
@@ -220,6 +231,8 @@ void EngineCore::abort_requests(std::span<const std::string> request_ids) {
 }
 
 Expected<std::vector<EngineCoreOutput>> EngineCore::step() {
+  // A tensor-parallel group that lost a rank cannot run another step.
+  if (workers_) VLLM_RETURN_IF_ERROR(workers_->health());
   std::vector<EngineCoreOutput> outputs = std::move(pending_);
   pending_.clear();
   VLLM_PROFILE_SCOPE("step");

@@ -1,10 +1,12 @@
 // The engine core: owns the model runner, the scheduler and the KV cache, and advances all
 // requests by one step at a time: schedule, execute, update (vLLM's EngineCore.step()).
 // Single-threaded: the engine client runs it on its own thread and talks to it through
-// queues.
+// queues. Under tensor parallelism it is rank 0: it owns the worker group, whose ranks run
+// every step on their shards (worker_group.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -17,6 +19,7 @@
 #include "engine/scheduler.h"
 #include "engine/state_slot_pool.h"
 #include "engine/structured_output_manager.h"
+#include "engine/worker_group.h"
 #include "model/model.h"
 
 namespace vllm::engine {
@@ -72,10 +75,12 @@ class EngineCore {
  public:
   // eos_token_ids: the model's end-of-sequence ids (config.json and generation_config.json).
   // `vocab` (the tokenizer's token bytes, with the EOS ids as stop tokens) enables structured
-  // outputs; without it requests with structured_outputs are refused.
+  // outputs; without it requests with structured_outputs are refused. `workers`: the other
+  // ranks of a tensor-parallel group whose rank 0 `model` is (their shards loaded).
   static Expected<std::unique_ptr<EngineCore>> create(
       std::unique_ptr<Model> model, const EngineConfig& config, std::vector<int32_t> eos_token_ids,
-      std::shared_ptr<const structured::TokenVocabulary> vocab = nullptr);
+      std::shared_ptr<const structured::TokenVocabulary> vocab = nullptr,
+      std::unique_ptr<WorkerGroup> workers = nullptr);
 
   // Validates and queues a request. kInvalidArgument for an empty prompt, a token id outside
   // the vocabulary, a prompt longer than max_model_len, bad sampling values, a structured
@@ -103,11 +108,17 @@ class EngineCore {
   const ModelConfig& model_config() const { return model_->config(); }
   const EngineConfig& config() const { return config_; }
 
+  // Tensor parallelism: the worker group (null on one rank). A worker that fails between
+  // steps calls `callback` (from another thread; see WorkerGroup::set_failure_callback).
+  WorkerGroup* worker_group() const { return workers_.get(); }
+  void set_failure_callback(std::function<void(const Status&)> callback);
+
  private:
   EngineCore() = default;
 
   EngineConfig config_;
   std::vector<int32_t> eos_token_ids_;
+  std::unique_ptr<WorkerGroup> workers_;  // outlives the model runner's steps
   std::unique_ptr<Model> model_;
   std::unique_ptr<KVCacheManager> kv_;
   std::unique_ptr<StateSlotPool> state_slots_;

@@ -5,10 +5,9 @@
 #include <utility>
 
 #include "base/profile.h"
+#include "engine/worker_group.h"
 #include "ops/graph.h"
-
 #include "ops/ops.h"
-#include "model/state_copy.h"
 
 namespace vllm::engine {
 namespace {
@@ -21,8 +20,8 @@ Tensor i64_tensor(const std::vector<int64_t>& values) {
 
 }  // namespace
 
-ModelRunner::ModelRunner(Model* model, ModelCache cache, uint64_t seed)
-    : model_(model), cache_(std::move(cache)), sampler_(seed) {
+ModelRunner::ModelRunner(Model* model, ModelCache cache, uint64_t seed, WorkerGroup* workers)
+    : model_(model), cache_(std::move(cache)), workers_(workers), sampler_(seed) {
   // Sampling of GPU logits queues after the model's work on its stream.
   sampler_.set_device_stream(model_->context().stream);
   if (const char* step = std::getenv("VLLM_CUDA_PROFILE_STEP")) profile_step_ = std::atoll(step);
@@ -33,7 +32,8 @@ ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
   const int64_t block_size = cache_.config.block_size;
   const auto num_requests = static_cast<int64_t>(output.requests.size());
   size_t max_blocks = 1;
-  for (const ScheduledRequest& s : output.requests) max_blocks = std::max(max_blocks, s.block_ids.size());
+  for (const ScheduledRequest& s : output.requests)
+    max_blocks = std::max(max_blocks, s.block_ids.size());
 
   ForwardBatch batch;
   std::vector<int64_t> ids, positions, slots;
@@ -66,7 +66,8 @@ ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
   for (int64_t r = 0; r < num_requests; ++r) {
     const ScheduledRequest& s = output.requests[static_cast<size_t>(r)];
     for (int64_t row : (*prompt_rows)[static_cast<size_t>(r)]) batch.logits_indices.push_back(row);
-    if (s.samples) batch.logits_indices.push_back(batch.query_start_loc[static_cast<size_t>(r) + 1] - 1);
+    if (s.samples)
+      batch.logits_indices.push_back(batch.query_start_loc[static_cast<size_t>(r) + 1] - 1);
   }
   batch.token_ids = i64_tensor(ids);
   batch.positions = i64_tensor(positions);
@@ -75,7 +76,7 @@ ForwardBatch ModelRunner::prepare_inputs(const SchedulerOutput& output,
 }
 
 Expected<Tensor> ModelRunner::gather_sample_rows(const Tensor& logits,
-                                                const std::vector<int64_t>& rows) const {
+                                                 const std::vector<int64_t>& rows) const {
   const auto count = static_cast<int64_t>(rows.size());
   // Usually every logits row samples (no prompt logprobs): nothing to gather.
   bool identity = count == logits.size(0);
@@ -113,28 +114,27 @@ Expected<StepResult> ModelRunner::execute(const SchedulerOutput& output,
   return done;
 }
 
+Expected<Tensor> ModelRunner::forward(const ForwardStep& step) {
+  if (workers_ == nullptr) return run_forward_step(*model_, cache_, step, graphs_.get());
+  VLLM_RETURN_IF_ERROR(workers_->forward(step));
+  auto logits = run_forward_step(*model_, cache_, step, graphs_.get());
+  // The workers are inside this step's collectives: a failure here must release them.
+  if (!logits) workers_->abort(logits.status().with_context("rank 0's step"));
+  return logits;
+}
+
 Expected<StepResult> ModelRunner::run_step(const SchedulerOutput& output, StepResult result,
                                            BitmaskJob* grammar_masks) {
   std::vector<std::vector<int64_t>> prompt_rows;
-  ForwardBatch batch;
+  ForwardStep step;
   {
     VLLM_PROFILE_SCOPE("step.prepare_inputs");
-    batch = prepare_inputs(output, &prompt_rows);
+    step.batch = prepare_inputs(output, &prompt_rows);
   }
   // Hybrid prefix caching: restored snapshots in, then the step, then the snapshots it saves out.
-  VLLM_RETURN_IF_ERROR(
-      copy_state_slots(model_->context(), cache_, output.state_restores.src_slots, output.state_restores.dst_slots));
-  Tensor logits;
-  {
-    VLLM_PROFILE_SCOPE("step.forward");
-    if (graphs_ && graphs_->covers(batch)) {
-      VLLM_ASSIGN_OR_RETURN(logits, graphs_->run(batch));
-    } else {
-      VLLM_ASSIGN_OR_RETURN(logits, model_->forward(batch, cache_));
-    }
-  }
-  VLLM_RETURN_IF_ERROR(
-      copy_state_slots(model_->context(), cache_, output.state_saves.src_slots, output.state_saves.dst_slots));
+  step.restores = output.state_restores;
+  step.saves = output.state_saves;
+  VLLM_ASSIGN_OR_RETURN(Tensor logits, forward(step));
   // The grammar masks were computed while the forward pass ran (on a GPU it is still queued).
   const GrammarBitmask* masks = grammar_masks != nullptr ? &grammar_masks->wait() : nullptr;
 

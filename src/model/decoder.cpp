@@ -6,9 +6,13 @@
 namespace vllm {
 
 Expected<std::shared_ptr<DeviceRuntime>> runtime_for(const LoadOptions& options) {
-  if (options.runtime) return options.runtime;
-  VLLM_ASSIGN_OR_RETURN(auto runtime, DeviceRuntime::create(options.device, options.dtype));
-  return std::shared_ptr<DeviceRuntime>(std::move(runtime));
+  std::shared_ptr<DeviceRuntime> runtime = options.runtime;
+  if (!runtime) {
+    VLLM_ASSIGN_OR_RETURN(auto created, DeviceRuntime::create(options.device, options.dtype));
+    runtime = std::move(created);
+  }
+  if (options.comm) runtime->set_communicator(options.comm);
+  return runtime;
 }
 
 namespace {
@@ -40,18 +44,20 @@ Expected<ModelCache> allocate_cache(const ExecContext& ctx, const CacheConfig& c
   ModelCache cache;
   cache.config = config;
   for (int64_t i = 0; i < s.num_attention_layers; ++i) {
-    VLLM_ASSIGN_OR_RETURN(Tensor kv, zeroed(ctx, {config.num_blocks, 2, config.block_size,
-                                                  s.num_kv_heads, s.head_dim},
-                                            ctx.act_dtype, "KV cache"));
+    VLLM_ASSIGN_OR_RETURN(
+        Tensor kv,
+        zeroed(ctx, {config.num_blocks, 2, config.block_size, s.num_kv_heads, s.head_dim},
+               ctx.act_dtype, "KV cache"));
     cache.kv.push_back(std::move(kv));
   }
   for (int64_t i = 0; i < s.num_linear_layers; ++i) {
-    VLLM_ASSIGN_OR_RETURN(Tensor conv, zeroed(ctx, {config.num_state_slots, s.conv_dim,
-                                                    s.conv_kernel - 1},
-                                              DType::kF32, "GDN conv state"));
-    VLLM_ASSIGN_OR_RETURN(Tensor ssm, zeroed(ctx, {config.num_state_slots, s.num_value_heads,
-                                                   s.key_head_dim, s.value_head_dim},
-                                             DType::kF32, "GDN recurrent state"));
+    VLLM_ASSIGN_OR_RETURN(Tensor conv,
+                          zeroed(ctx, {config.num_state_slots, s.conv_dim, s.conv_kernel - 1},
+                                 DType::kF32, "GDN conv state"));
+    VLLM_ASSIGN_OR_RETURN(
+        Tensor ssm,
+        zeroed(ctx, {config.num_state_slots, s.num_value_heads, s.key_head_dim, s.value_head_dim},
+               DType::kF32, "GDN recurrent state"));
     cache.conv_state.push_back(std::move(conv));
     cache.ssm_state.push_back(std::move(ssm));
   }

@@ -23,6 +23,16 @@ struct CacheConfig {
   int64_t num_state_slots = 0;  // GDN state slots (hybrid models)
 };
 
+// The shapes of a model's caches on its device: with tensor parallelism, this rank's shard
+// (its KV heads, its GDN heads and conv channels), not the config's totals.
+struct CacheShapes {
+  int64_t num_attention_layers = 0;
+  int64_t num_kv_heads = 0, head_dim = 0;
+  int64_t num_linear_layers = 0;
+  int64_t conv_dim = 0, conv_kernel = 0;
+  int64_t num_value_heads = 0, key_head_dim = 0, value_head_dim = 0;
+};
+
 // Everything a model keeps between steps, on the model's device: per attention layer a KV
 // cache [num_blocks, 2, block_size, kv_heads, head_dim] in Model::kv_cache_dtype(); hybrid models
 // (Qwen3.5 / Qwen3-Next) keep it for their full-attention layers only, in layer order, and per
@@ -51,6 +61,12 @@ struct LoadOptions {
   DType dtype = DType::kF32;
   // The runtime to run on; null: load_model / create_model create one for device and dtype.
   std::shared_ptr<DeviceRuntime> runtime;
+  // Tensor parallelism: this rank's communicator, which the runtime takes; the model then
+  // loads and runs this rank's shard (model/tensor_parallel.h). Null: one rank.
+  std::shared_ptr<parallel::Communicator> comm;
+  // vLLM's --enable-expert-parallel: with tensor parallelism, MoE layers place whole experts
+  // per rank instead of splitting each expert (model/layers/moe.h).
+  bool enable_expert_parallel = false;
 };
 
 class Model {
@@ -58,8 +74,11 @@ class Model {
   virtual ~Model() = default;
 
   virtual const ModelConfig& config() const = 0;
-  // Allocates zeroed caches of this model's shapes on its device.
-  virtual Expected<ModelCache> create_cache(const CacheConfig& config) const = 0;
+  // The shapes of this rank's caches (KV heads, GDN state): what the KV cache sizing and
+  // the state slots are computed from.
+  virtual CacheShapes cache_shapes() const = 0;
+  // Allocates zeroed caches of cache_shapes() on the model's device.
+  Expected<ModelCache> create_cache(const CacheConfig& config) const;
   // Logits F32 [batch.logits_indices.size(), vocab_size] on the model's device. On CUDA they
   // live in the runtime's workspace: valid until the next forward. The batch's tensors may
   // be on the host; they are copied to the device here. Checks the cache, resets the
@@ -81,7 +100,8 @@ class Model {
   const ExecContext& context() const { return runtime_->context(); }
   // Element type of the KV cache (the activation dtype).
   DType kv_cache_dtype() const { return runtime_->context().act_dtype; }
-  // Bytes of GDN state one state slot holds across all layers (0 for attention-only models).
+  // Bytes of GDN state one state slot holds across all layers (0 for attention-only models),
+  // on this rank.
   int64_t state_bytes_per_slot() const;
 
  protected:

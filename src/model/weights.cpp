@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/weight_memory.h"
+#include "base/counter_rng.h"
 #include "base/float_convert.h"
 #include "ops/ops.h"
 #include "tensor/block_fp8.h"
@@ -21,11 +23,66 @@ Status out_of_memory(const std::string& name, const Tensor& like, Device device,
                     static_cast<double>(m.total_bytes) / (1 << 30));
 }
 
+Status check_slice(const std::string& name, const Shape& shape, const WeightSlice& slice) {
+  if (slice.dim < 0 || slice.dim >= static_cast<int>(shape.size()) || slice.begin < 0 ||
+      slice.begin > slice.end || slice.end > shape[static_cast<size_t>(slice.dim)]) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tensor '{}' of shape {}: slice [{}, {}) of dimension {} is out of range",
+                      name, shape_to_string(shape), slice.begin, slice.end, slice.dim);
+  }
+  return Status::ok();
+}
+
+bool whole(const Shape& shape, const WeightSlice& slice) {
+  return slice.begin == 0 && slice.end == shape[static_cast<size_t>(slice.dim)];
+}
+
 }  // namespace
+
+Expected<Tensor> WeightSource::get_slice(const std::string& name, const Shape& shape,
+                                         const WeightSlice& slice) {
+  VLLM_RETURN_IF_ERROR(check_slice(name, shape, slice));
+  VLLM_ASSIGN_OR_RETURN(Tensor t, get(name, shape));
+  if (whole(shape, slice)) return t;
+  return t.slice(slice.dim, slice.begin, slice.end);
+}
+
+Expected<Tensor> contiguous_weight(const Tensor& t, const ExecContext* ctx) {
+  if (t.is_contiguous()) return t;
+  VLLM_CHECK_MSG(t.device().is_cpu() && t.ndim() >= 1 && t.stride(-1) == 1,
+                 "contiguous_weight of {}", t.to_string());
+  VLLM_ASSIGN_OR_RETURN(Tensor out, empty_weight(t.shape(), t.dtype(), Device::cpu(), ctx));
+  // One memcpy per innermost row, walking the leading indices in row-major order.
+  const size_t row_bytes = static_cast<size_t>(t.size(-1)) * t.element_size();
+  const int64_t rows = t.size(-1) == 0 ? 0 : t.numel() / t.size(-1);
+  const auto lead = static_cast<size_t>(t.ndim() - 1);
+  std::vector<int64_t> index(lead, 0);
+  const char* src = static_cast<const char*>(t.data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t offset = 0;
+    for (size_t k = 0; k < lead; ++k) offset += index[k] * t.strides()[k];
+    std::memcpy(dst + static_cast<size_t>(r) * row_bytes,
+                src + offset * static_cast<int64_t>(t.element_size()), row_bytes);
+    for (size_t k = lead; k-- > 0;) {
+      if (++index[k] < t.shape()[k]) break;
+      index[k] = 0;
+    }
+  }
+  return out;
+}
 
 Expected<LinearWeight> WeightSource::get_linear(const std::string& name, const Shape& shape) {
   VLLM_ASSIGN_OR_RETURN(Tensor t, get(name, shape));
   return LinearWeight(std::move(t));
+}
+
+Expected<LinearWeight> WeightSource::get_linear_slice(const std::string& name, const Shape& shape,
+                                                      const WeightSlice& slice) {
+  VLLM_RETURN_IF_ERROR(check_slice(name, shape, slice));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight w, get_linear(name, shape));
+  if (whole(shape, slice)) return w;
+  return slice_linear(name, w, slice);
 }
 
 std::string fp8_scale_name(const std::string& name) {
@@ -154,8 +211,47 @@ Expected<Tensor> DeviceWeights::get(const std::string& name, const Shape& shape)
   return place(name, host);
 }
 
+Expected<Tensor> DeviceWeights::get_slice(const std::string& name, const Shape& shape,
+                                          const WeightSlice& slice) {
+  VLLM_RETURN_IF_ERROR(check_slice(name, shape, slice));
+  if (whole(shape, slice)) return get(name, shape);
+  VLLM_ASSIGN_OR_RETURN(Tensor host, inner_.get_slice(name, shape, slice));
+  if (host.device().is_cpu() && !host.is_contiguous()) {
+    // A column shard: only its elements are copied, straight into the weight arena on the CPU.
+    const bool arena = ctx_.device.is_cpu() && ctx_.weight_arena != nullptr;
+    VLLM_ASSIGN_OR_RETURN(host, contiguous_weight(host, arena ? &ctx_ : nullptr));
+    if (arena) return host;
+  }
+  return place(name, host);
+}
+
 Expected<LinearWeight> DeviceWeights::get_linear(const std::string& name, const Shape& shape) {
   VLLM_ASSIGN_OR_RETURN(LinearWeight w, inner_.get_linear(name, shape));
+  return place_linear(name, std::move(w));
+}
+
+Expected<LinearWeight> DeviceWeights::get_linear_slice(const std::string& name, const Shape& shape,
+                                                       const WeightSlice& slice) {
+  VLLM_RETURN_IF_ERROR(check_slice(name, shape, slice));
+  if (whole(shape, slice)) return get_linear(name, shape);
+  VLLM_ASSIGN_OR_RETURN(LinearWeight w, inner_.get_linear_slice(name, shape, slice));
+  // A column shard is strided: only its elements are copied, into contiguous memory -- the
+  // weight arena on the CPU, where that is the weight's place; elsewhere it is then placed
+  // as a whole weight would be.
+  const bool arena = ctx_.device.is_cpu() && ctx_.weight_arena != nullptr;
+  for (Tensor* t : {&w.weight, &w.scale_inv}) {
+    if (!t->defined() || !t->device().is_cpu()) continue;
+    if (!t->is_contiguous()) {
+      VLLM_ASSIGN_OR_RETURN(*t, contiguous_weight(*t, arena ? &ctx_ : nullptr));
+    } else if (arena) {
+      VLLM_ASSIGN_OR_RETURN(*t, ctx_.weight_arena->copy(*t));
+    }
+  }
+  if (arena) return w;
+  return place_linear(name, std::move(w));
+}
+
+Expected<LinearWeight> DeviceWeights::place_linear(const std::string& name, LinearWeight w) {
   if (!w.is_fp8()) {
     VLLM_ASSIGN_OR_RETURN(Tensor placed, place(name, w.weight));
     return LinearWeight(std::move(placed));
@@ -204,24 +300,32 @@ Expected<Tensor> DeviceWeights::place(const std::string& name, const Tensor& hos
 
 DummyWeights::DummyWeights(DType dtype, Device device, uint64_t seed,
                            std::optional<WeightBlock> fp8_block)
-    : dtype_(dtype),
-      device_(device),
-      fp8_block_(fp8_block),
-      seed_(seed),
-      state_(seed * 0x9E3779B97F4A7C15ULL + 1) {
+    : dtype_(dtype), device_(device), fp8_block_(fp8_block), seed_(seed) {
   VLLM_CHECK_MSG(device.is_cpu() || device.is_meta(), "dummy weights on {}", device.to_string());
   VLLM_CHECK_MSG(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
                  "dummy weights of dtype {}", dtype_name(dtype));
 }
 
 DummyWeights::DummyWeights(const ExecContext& ctx, uint64_t seed)
-    : dtype_(ctx.act_dtype),
-      device_(ctx.device),
-      ctx_(&ctx),
-      seed_(seed),
-      state_(seed * 0x9E3779B97F4A7C15ULL + 1) {}
+    : dtype_(ctx.act_dtype), device_(ctx.device), ctx_(&ctx), seed_(seed) {}
+
+uint64_t DummyWeights::stream_of(const std::string& name) {
+  // One counter-based stream per tensor, keyed by the order names are first asked for.
+  auto [it, added] = stream_by_name_.emplace(name, stream_by_name_.size() + 1);
+  return seed_ * kSplitMix64Increment + it->second;
+}
 
 Expected<Tensor> DummyWeights::get(const std::string& name, const Shape& shape) {
+  return get_slice(name, shape, WeightSlice{0, 0, shape.empty() ? 0 : shape[0]});
+}
+
+Expected<Tensor> DummyWeights::get_slice(const std::string& name, const Shape& full,
+                                         const WeightSlice& slice) {
+  Shape shape = full;
+  if (!full.empty()) {
+    VLLM_RETURN_IF_ERROR(check_slice(name, full, slice));
+    shape[static_cast<size_t>(slice.dim)] = slice.end - slice.begin;
+  }
   auto made = Tensor::try_empty(shape, dtype_, device_);
   if (!made) {
     return out_of_memory(name, Tensor::empty(shape, dtype_, Device::meta()), device_,
@@ -229,46 +333,66 @@ Expected<Tensor> DummyWeights::get(const std::string& name, const Shape& shape) 
   }
   Tensor t = *made;
   numel_by_name_[name] = t.numel();
+  const uint64_t stream = stream_of(name);
   if (device_.is_meta()) return t;
   if (!device_.is_cpu()) {
-    // One counter-based stream per tensor, keyed by its order of creation.
-    const uint64_t tensor_seed = seed_ * 0x9E3779B97F4A7C15ULL + numel_by_name_.size();
-    VLLM_RETURN_IF_ERROR(ops::fill_uniform(*ctx_, t, -1e-3f, 1e-3f, tensor_seed));
+    VLLM_RETURN_IF_ERROR(ops::fill_uniform(*ctx_, t, -1e-3f, 1e-3f, stream));
     return t;
   }
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    // splitmix64 -> uniform [-1e-3, 1e-3)
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    const float value = (static_cast<float>(z >> 40) / 16777216.0f * 2.0f - 1.0f) * 1e-3f;
-    switch (dtype_) {
-      case DType::kF32:
-        t.data<float>()[i] = value;
-        break;
-      case DType::kBF16:
-        t.data<uint16_t>()[i] = f32_to_bf16(value);
-        break;
-      default:
-        t.data<uint16_t>()[i] = f32_to_f16(value);
-        break;
+  // The slice as [outer, n, inner] of the full [outer, full_n, inner]: element (o, j, x)
+  // is element ((o * full_n + begin + j) * inner + x) of the full tensor.
+  int64_t outer = 1, inner = 1, full_n = 1, begin = 0;
+  if (!full.empty()) {
+    const auto d = static_cast<size_t>(slice.dim);
+    for (size_t k = 0; k < d; ++k) outer *= full[k];
+    for (size_t k = d + 1; k < full.size(); ++k) inner *= full[k];
+    full_n = full[d];
+    begin = slice.begin;
+  }
+  const int64_t n = full.empty() ? 1 : shape[static_cast<size_t>(slice.dim)];
+  float* f32 = dtype_ == DType::kF32 ? t.data<float>() : nullptr;
+  uint16_t* half = dtype_ == DType::kF32 ? nullptr : t.data<uint16_t>();
+  int64_t i = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t j = 0; j < n; ++j) {
+      const auto base = static_cast<uint64_t>((o * full_n + begin + j) * inner);
+      for (int64_t x = 0; x < inner; ++x, ++i) {
+        const float v = counter_uniform(stream, base + static_cast<uint64_t>(x), -1e-3f, 1e-3f);
+        if (f32 != nullptr) {
+          f32[i] = v;
+        } else {
+          half[i] = dtype_ == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+        }
+      }
     }
   }
   return t;
 }
 
 Expected<LinearWeight> DummyWeights::get_linear(const std::string& name, const Shape& shape) {
-  if (!fp8_block_ || ctx_ != nullptr) return WeightSource::get_linear(name, shape);
+  return get_linear_slice(name, shape, WeightSlice{0, 0, shape.empty() ? 0 : shape[0]});
+}
+
+Expected<LinearWeight> DummyWeights::get_linear_slice(const std::string& name, const Shape& full,
+                                                      const WeightSlice& slice) {
+  // Float: the slice's values (get_slice). FP8: those values quantized on their own, block by
+  // block from the slice's first row and column (a shard's grid, not the full tensor's).
+  if (!fp8_block_ || ctx_ != nullptr) {
+    VLLM_ASSIGN_OR_RETURN(Tensor values, get_slice(name, full, slice));
+    return LinearWeight(std::move(values));
+  }
   if (device_.is_meta()) {
+    VLLM_RETURN_IF_ERROR(check_slice(name, full, slice));
+    Shape shape = full;
+    shape[static_cast<size_t>(slice.dim)] = slice.end - slice.begin;
     LinearWeight w(Tensor::empty(shape, DType::kF8E4M3, Device::meta()),
                    Tensor::empty(fp8_scale_shape(shape, *fp8_block_), DType::kF32, Device::meta()),
                    *fp8_block_);
     numel_by_name_[name] = w.weight.numel();
+    stream_of(name);
     return w;
   }
-  VLLM_ASSIGN_OR_RETURN(Tensor values, get(name, shape));
+  VLLM_ASSIGN_OR_RETURN(Tensor values, get_slice(name, full, slice));
   return quantize_fp8_blocks(values, *fp8_block_, name);
 }
 
@@ -420,6 +544,34 @@ Expected<LinearWeight> slice_linear_rows(const LinearWeight& w, int64_t begin, i
   }
   VLLM_ASSIGN_OR_RETURN(Tensor rows, scales_per_row(w));
   return LinearWeight(w.weight.slice(0, begin, end), rows.slice(0, begin, end),
+                      WeightBlock{1, w.block.k});
+}
+
+Expected<LinearWeight> slice_linear(const std::string& name, const LinearWeight& w,
+                                    const WeightSlice& s) {
+  VLLM_RETURN_IF_ERROR(check_slice(name, w.shape(), s));
+  if (!w.is_fp8()) return LinearWeight(w.weight.slice(s.dim, s.begin, s.end));
+  const int rows = w.ndim() - 2, cols = w.ndim() - 1;
+  if (s.dim < rows) {  // whole experts of a stack: each keeps its grid
+    return LinearWeight(w.weight.slice(s.dim, s.begin, s.end),
+                        w.scale_inv.slice(s.dim, s.begin, s.end), w.block);
+  }
+  const int64_t block = s.dim == rows ? w.block.n : w.block.k, size = w.size(s.dim);
+  const bool aligned = s.begin % block == 0 && (s.end % block == 0 || s.end == size);
+  if (aligned) {
+    return LinearWeight(w.weight.slice(s.dim, s.begin, s.end),
+                        w.scale_inv.slice(s.dim, s.begin / block, (s.end + block - 1) / block),
+                        w.block);
+  }
+  if (s.dim == cols) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tensor parallelism: the input columns [{}, {}) of FP8 weight '{}' do not "
+                      "start and end on its {}-column scale blocks",
+                      s.begin, s.end, name, block);
+  }
+  // Rows off the block grid: one scale row per weight row (the same values).
+  VLLM_ASSIGN_OR_RETURN(Tensor per_row, scales_per_row(w));
+  return LinearWeight(w.weight.slice(s.dim, s.begin, s.end), per_row.slice(s.dim, s.begin, s.end),
                       WeightBlock{1, w.block.k});
 }
 

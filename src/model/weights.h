@@ -25,16 +25,30 @@
 
 namespace vllm {
 
+// Elements [begin, end) along dimension `dim` of a weight: one tensor-parallel rank's shard.
+struct WeightSlice {
+  int dim = 0;
+  int64_t begin = 0, end = 0;
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
   // The tensor `name`, which must have exactly `shape` and a float dtype (F32, BF16, F16).
   virtual Expected<Tensor> get(const std::string& name, const Shape& shape) = 0;
+  // The slice of the tensor `name` (whose full shape must be `shape`). The default takes
+  // get()'s tensor and slices it: a view, strided when the slice is not along dim 0.
+  virtual Expected<Tensor> get_slice(const std::string& name, const Shape& shape,
+                                     const WeightSlice& slice);
   virtual bool contains(const std::string& name) const = 0;
   // The weight of a linear layer, `name` its tensor ("...q_proj.weight", or a fused expert
   // stack "...experts.gate_up_proj") of `shape` [N, K] or [E, N, K]: a float tensor, or an
   // FP8 one with its block scales. This default reads get(name, shape).
   virtual Expected<LinearWeight> get_linear(const std::string& name, const Shape& shape);
+  // One rank's slice of a linear weight (slice_linear's rules for the FP8 scales). The
+  // default slices get_linear()'s weight: views, strided for a column slice.
+  virtual Expected<LinearWeight> get_linear_slice(const std::string& name, const Shape& shape,
+                                                  const WeightSlice& slice);
 };
 
 // The checkpoint's name for the scales of FP8 weight `name`: `name` + "_scale_inv"
@@ -94,15 +108,23 @@ class Fp8QuantizedWeights final : public WeightSource {
 // memory is an error naming the tensor, its size and the free memory.
 // FP8 weights (both their tensors) go to the CPU's weight arena likewise; on CUDA, which has
 // no FP8 kernels yet, they are kUnsupported naming the tensor.
+//
+// Slices (tensor-parallel shards) are placed the same way; a strided one (a column slice of a
+// row-parallel weight) is first copied into contiguous memory, so only the shard is kept.
 class DeviceWeights final : public WeightSource {
  public:
   DeviceWeights(WeightSource& inner, const ExecContext& ctx) : inner_(inner), ctx_(ctx) {}
   Expected<Tensor> get(const std::string& name, const Shape& shape) override;
+  Expected<Tensor> get_slice(const std::string& name, const Shape& shape,
+                             const WeightSlice& slice) override;
   bool contains(const std::string& name) const override { return inner_.contains(name); }
   Expected<LinearWeight> get_linear(const std::string& name, const Shape& shape) override;
+  Expected<LinearWeight> get_linear_slice(const std::string& name, const Shape& shape,
+                                          const WeightSlice& slice) override;
 
  private:
   Expected<Tensor> place(const std::string& name, const Tensor& host);
+  Expected<LinearWeight> place_linear(const std::string& name, LinearWeight w);
 
   WeightSource& inner_;
   const ExecContext& ctx_;
@@ -117,28 +139,45 @@ class DeviceWeights final : public WeightSource {
 // block FP8 (quantize_fp8_blocks: real e4m3 codes, one scale per block from the block's
 // largest value), and on the meta device FP8 shapes with their scale grids.
 // Optional tensors (contains() is false) are left out.
+//
+// Each tensor has its own counter-based stream (base/counter_rng.h), keyed by the order in
+// which names are first asked for: on the CPU element i of the full tensor is
+// counter_uniform(stream, i), so a slice (a tensor-parallel shard, made alone, at its size)
+// holds exactly the elements of the full tensor it covers, and every rank's model is a shard
+// of the same single-rank model. On a GPU a slice is filled from index 0 (other values).
 class DummyWeights final : public WeightSource {
  public:
   DummyWeights(DType dtype, Device device, uint64_t seed = 0,
                std::optional<WeightBlock> fp8_block = {});
   DummyWeights(const ExecContext& ctx, uint64_t seed = 0);
   Expected<Tensor> get(const std::string& name, const Shape& shape) override;
+  Expected<Tensor> get_slice(const std::string& name, const Shape& shape,
+                             const WeightSlice& slice) override;
   bool contains(const std::string& name) const override { return false; }
   Expected<LinearWeight> get_linear(const std::string& name, const Shape& shape) override;
+  Expected<LinearWeight> get_linear_slice(const std::string& name, const Shape& shape,
+                                          const WeightSlice& slice) override;
 
-  // Elements of all distinct tensors handed out so far, in total and by name.
+  // Elements of all distinct tensors handed out so far (slices: their elements), in total
+  // and by name.
   int64_t num_parameters() const;
   const std::map<std::string, int64_t>& numel_by_name() const { return numel_by_name_; }
 
  private:
+  uint64_t stream_of(const std::string& name);
+
   DType dtype_;
   Device device_;
   std::optional<WeightBlock> fp8_block_;
   const ExecContext* ctx_ = nullptr;  // device fills
   uint64_t seed_ = 0;
-  uint64_t state_;
   std::map<std::string, int64_t> numel_by_name_;
+  std::map<std::string, uint64_t> stream_by_name_;
 };
+
+// `t` (a CPU tensor whose last dimension has stride 1) copied into contiguous memory: from
+// ctx's weight arena when it has one, else a plain allocation.
+Expected<Tensor> contiguous_weight(const Tensor& t, const ExecContext* ctx);
 
 // An uninitialised weight tensor on `device`: from ctx's weight arena on the CPU when it has
 // one, else a plain allocation.
@@ -165,6 +204,12 @@ Expected<LinearWeight> concat_linear_rows(const std::vector<LinearWeight>& parts
 // Rows [begin, end) of a 2-D linear weight: views where the rows start and end on block
 // boundaries (or the weight is float), else the weight's rows with one scale row per row.
 Expected<LinearWeight> slice_linear_rows(const LinearWeight& w, int64_t begin, int64_t end);
+// A slice of a linear weight ([N, K] or a stack [E, N, K]) along any dimension -- a
+// tensor-parallel shard: experts (the stack's dim 0) and float weights slice as views; FP8
+// rows as slice_linear_rows; FP8 columns (a row-parallel shard) must start on a block
+// column and end on one or at K, as vLLM requires, else kInvalidArgument naming `name`.
+Expected<LinearWeight> slice_linear(const std::string& name, const LinearWeight& w,
+                                    const WeightSlice& slice);
 // The scales of FP8 weight w ([.., N, K]) with one row per weight row: [.., N, ceil(K / k)],
 // a new tensor (plain memory, not the weight arena) on w's device (CPU or meta).
 Expected<Tensor> scales_per_row(const LinearWeight& w);

@@ -35,6 +35,15 @@ Status embedding(const ExecContext& ctx, const Tensor& token_ids, const Tensor& 
   return unsupported("embedding", out);
 }
 
+Status embedding_shard(const ExecContext& ctx, const Tensor& token_ids, const Tensor& table,
+                       int64_t vocab_start, int64_t vocab_size, Tensor& out) {
+  VLLM_PROFILE_SCOPE("embedding");
+  if (out.device().is_cpu()) {
+    return cpu::embedding_shard(token_ids, table, vocab_start, vocab_size, out);
+  }
+  return unsupported("embedding_shard (vocab-parallel embedding)", out);
+}
+
 Status rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps,
                 bool unit_offset, Tensor& out) {
   VLLM_PROFILE_SCOPE("rms_norm");
@@ -47,8 +56,8 @@ Status rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& weight, f
   return unsupported("rms_norm", out);
 }
 
-Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual,
-                          const Tensor& weight, float eps, bool unit_offset) {
+Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual, const Tensor& weight,
+                          float eps, bool unit_offset) {
   VLLM_PROFILE_SCOPE("fused_add_rms_norm");
   if (x.device().is_cpu()) return cpu::fused_add_rms_norm(x, residual, weight, eps, unit_offset);
 #if VLLM_WITH_CUDA
@@ -84,7 +93,8 @@ Status linear(const ExecContext& ctx, const Tensor& x, const LinearWeight& weigh
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) {
     if (ctx.blas == nullptr) {
-      return make_error(ErrorCode::kInvalidArgument, "linear: the execution context has no GEMM handle");
+      return make_error(ErrorCode::kInvalidArgument,
+                        "linear: the execution context has no GEMM handle");
     }
     if (weight.is_fp8()) {
       return cuda::linear_fp8(*static_cast<cuda::BlasContext*>(ctx.blas), x, weight, bias, out,
@@ -182,8 +192,8 @@ Status paged_attention(const ExecContext& ctx, const Tensor& query, const Tensor
     p.scale = scale;
     // Scratch for splitting long contexts across thread blocks (flash-decoding).
     const int64_t requests = static_cast<int64_t>(layout.seq_lens.size());
-    const size_t bytes = cuda::paged_attention_workspace_size(
-        requests, kv_cache.size(3), kv_cache.size(4), layout.max_seq_len);
+    const size_t bytes = cuda::paged_attention_workspace_size(requests, kv_cache.size(3),
+                                                              kv_cache.size(4), layout.max_seq_len);
     Tensor scratch;
     if (bytes > 0) {
       VLLM_ASSIGN_OR_RETURN(scratch, ctx.alloc({static_cast<int64_t>(bytes)}, DType::kU8));

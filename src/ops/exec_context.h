@@ -19,16 +19,22 @@ namespace vllm {
 namespace cpu {
 class WeightArena;
 }  // namespace cpu
+namespace parallel {
+class Communicator;
+}  // namespace parallel
 
 struct ExecContext {
   Device device = Device::cpu();
-  DType act_dtype = DType::kF32;  // activations and the KV cache
-  void* stream = nullptr;         // cudaStream_t on CUDA
-  Workspace* workspace = nullptr; // per-step scratch; null: plain allocations
-  void* blas = nullptr;           // cuda::BlasContext* on CUDA
+  DType act_dtype = DType::kF32;   // activations and the KV cache
+  void* stream = nullptr;          // cudaStream_t on CUDA
+  Workspace* workspace = nullptr;  // per-step scratch; null: plain allocations
+  void* blas = nullptr;            // cuda::BlasContext* on CUDA
   // CPU: huge-page memory that load-time weights are copied into and built in
   // (cpu/weight_memory.h); null: weights stay where the loader put them.
   cpu::WeightArena* weight_arena = nullptr;
+  // Tensor parallelism: the collectives of this rank's group (ops::all_reduce, all_gather),
+  // which the layers also shard their weights by; null: a single rank.
+  parallel::Communicator* comm = nullptr;
 
   // A scratch tensor on `device`: from the workspace when there is one (valid until the
   // workspace is reset at the next step), else a fresh allocation.
@@ -36,6 +42,8 @@ struct ExecContext {
   // An activation-dtype scratch tensor.
   Expected<Tensor> act(const Shape& shape) const { return alloc(shape, act_dtype); }
   bool is_cuda() const { return device.is_cuda(); }
+  int tp_rank() const;
+  int tp_size() const;
 };
 
 // Device resources of one engine: stream, GEMM handle and workspace.
@@ -53,6 +61,8 @@ class DeviceRuntime {
   Workspace& workspace() { return *workspace_; }
   // Waits for all work queued on the stream (no-op on the CPU).
   Status synchronize() const;
+  // Makes this runtime one rank of a tensor-parallel group (before a model is loaded on it).
+  void set_communicator(std::shared_ptr<parallel::Communicator> comm);
 
  private:
   DeviceRuntime() = default;
@@ -60,6 +70,7 @@ class DeviceRuntime {
   std::unique_ptr<Workspace> workspace_;
   std::shared_ptr<void> blas_;  // owns the cuda::BlasContext
   std::shared_ptr<cpu::WeightArena> weight_arena_;
+  std::shared_ptr<parallel::Communicator> comm_;
 };
 
 // True when this build has the CUDA backend and a CUDA device is usable.

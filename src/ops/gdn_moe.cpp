@@ -36,8 +36,8 @@ Status causal_conv1d(const ExecContext& ctx, const Tensor& x, const Tensor& weig
                      Tensor& out) {
   VLLM_PROFILE_SCOPE("causal_conv1d");
   if (out.device().is_cpu()) {
-    return cpu::causal_conv1d(x, weight, bias, cpu::GdnBatch{layout.query_start_loc,
-                                                             layout.state_indices},
+    return cpu::causal_conv1d(x, weight, bias,
+                              cpu::GdnBatch{layout.query_start_loc, layout.state_indices},
                               conv_state, out);
   }
 #if VLLM_WITH_CUDA
@@ -77,8 +77,7 @@ Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k
     p.use_qk_l2norm = args.use_qk_l2norm;
     p.l2norm_eps = args.l2norm_eps;
     p.scale = args.scale;
-    return cuda::gated_delta_rule(q, k, v, g, beta, cuda_batch(layout), p, state, out,
-                                  stream(ctx));
+    return cuda::gated_delta_rule(q, k, v, g, beta, cuda_batch(layout), p, state, out, stream(ctx));
   }
 #endif
   return unsupported("gated_delta_rule", out);
@@ -113,8 +112,7 @@ Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t to
     VLLM_ASSIGN_OR_RETURN(Tensor logits, detail::contiguous(ctx, router_logits));
     Tensor w = Tensor::empty({tokens, top_k}, DType::kF32);
     Tensor ids = Tensor::empty({tokens, top_k}, DType::kI64);
-    VLLM_RETURN_IF_ERROR(
-        cpu::moe_route(logits.slice(1, 0, experts), top_k, renormalize, w, ids));
+    VLLM_RETURN_IF_ERROR(cpu::moe_route(logits.slice(1, 0, experts), top_k, renormalize, w, ids));
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t i = 0; i < top_k; ++i) {
         topk_weights.data<float>()[t * (top_k + 1) + i] = w.data<float>()[t * top_k + i];
@@ -128,8 +126,8 @@ Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t to
   }
 #if VLLM_WITH_CUDA
   if (topk_weights.device().is_cuda()) {
-    return cuda::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids,
-                           stream(ctx), shared_slot);
+    return cuda::moe_route(router_logits, top_k, renormalize, topk_weights, topk_ids, stream(ctx),
+                           shared_slot);
   }
 #endif
   return unsupported("moe_route", topk_weights);
@@ -148,11 +146,16 @@ Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& ex
                                         experts.down.size(2), experts.gate_up.size(0)));
     VLLM_ASSIGN_OR_RETURN(Tensor scratch, ctx.alloc({bytes}, DType::kU8));
     VLLM_RETURN_IF_ERROR(cpu::moe_experts_stacked(
-        x, experts.gate_up_weight(), experts.down_weight(), topk_weights, topk_ids, scratch, out));
+        x, experts.gate_up_weight(), experts.down_weight(), topk_weights, topk_ids, scratch, out,
+        experts.first_expert, experts.num_experts));
     if (!shared.out.defined()) return Status::ok();
     VLLM_ASSIGN_OR_RETURN(Tensor gate, detail::contiguous(ctx, shared.gate));
     return cpu::add_sigmoid_gated(out, shared.out, gate);
   }
+  const bool expert_parallel =
+      experts.first_expert != 0 || (experts.num_experts != 0 && experts.gate_up.defined() &&
+                                    experts.num_experts != experts.gate_up.size(0));
+  if (expert_parallel) return unsupported("moe_experts with expert parallelism", out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) {
     if (experts.is_fp8()) return unsupported("moe_experts with FP8 (F8_E4M3) experts", out);
@@ -162,8 +165,7 @@ Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& ex
     args.shared_out = shared.out;
     args.shared_gate = shared.gate;
     VLLM_ASSIGN_OR_RETURN(size_t bytes, cuda::moe_experts_scratch_bytes(x, topk_ids, args));
-    VLLM_ASSIGN_OR_RETURN(Tensor scratch,
-                          ctx.alloc({static_cast<int64_t>(bytes)}, DType::kU8));
+    VLLM_ASSIGN_OR_RETURN(Tensor scratch, ctx.alloc({static_cast<int64_t>(bytes)}, DType::kU8));
     return cuda::moe_experts(x, topk_weights, topk_ids, args, scratch, out, stream(ctx));
   }
 #endif

@@ -40,10 +40,15 @@ Status fill_uniform(const ExecContext& ctx, Tensor& t, float low, float high, ui
 // ---- Decoder ops --------------------------------------------------------------------------
 
 Status embedding(const ExecContext& ctx, const Tensor& token_ids, const Tensor& table, Tensor& out);
+// One rank's share of a vocab-parallel embedding: table [R, H] holds rows [vocab_start,
+// vocab_start + R) of a vocabulary of vocab_size; tokens outside it get zero rows (the
+// all-reduce over the ranks then gives every token its row). CPU only so far.
+Status embedding_shard(const ExecContext& ctx, const Tensor& token_ids, const Tensor& table,
+                       int64_t vocab_start, int64_t vocab_size, Tensor& out);
 Status rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& weight, float eps,
                 bool unit_offset, Tensor& out);
-Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual,
-                          const Tensor& weight, float eps, bool unit_offset);
+Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual, const Tensor& weight,
+                          float eps, bool unit_offset);
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src);
 Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out);
 // out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits). Block-scaled FP8
@@ -126,6 +131,10 @@ Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t to
 struct MoeWeights {
   Tensor gate_up;  // [E, 2I, H]: expert e's gate rows [0, I), then its up rows [I, 2I)
   Tensor down;     // [E, H, I]
+  // Expert parallelism: the stack holds experts [first_expert, first_expert + E) of the
+  // router's num_experts (0: E); tokens routed to other experts are another rank's. CPU only.
+  int64_t first_expert = 0;
+  int64_t num_experts = 0;
   // Block-scaled FP8 experts (F8_E4M3 gate_up / down, tensor/linear_weight.h): F32 scales
   // [E, ceil(2I / n), ceil(H / k)] and [E, ceil(H / n), ceil(I / k)] per block n x k.
   Tensor gate_up_scale_inv, down_scale_inv;
@@ -150,5 +159,14 @@ struct MoeSharedExpert {
 Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,
                    const Tensor& topk_weights, const Tensor& topk_ids,
                    const MoeSharedExpert& shared, Tensor& out);
+
+// ---- Tensor parallelism ------------------------------------------------------------------
+// The collectives of ctx.comm (parallel/communicator.h); without one (a single rank)
+// all_reduce does nothing and all_gather copies x into out[0].
+
+// x = the sum over the ranks of their x, in place.
+Status all_reduce(const ExecContext& ctx, Tensor& x);
+// out [tp_size, ...x's shape] = every rank's x, in rank order.
+Status all_gather(const ExecContext& ctx, const Tensor& x, Tensor& out);
 
 }  // namespace vllm::ops

@@ -4,6 +4,7 @@
 #include "backend/cpu/weight_memory.h"
 #include "base/logging.h"
 #include "ops/exec_context.h"
+#include "parallel/communicator.h"
 
 #if VLLM_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -17,6 +18,18 @@ namespace vllm {
 Expected<Tensor> ExecContext::alloc(const Shape& shape, DType dtype) const {
   if (workspace != nullptr) return workspace->allocate(shape, dtype);
   return Tensor::try_empty(shape, dtype, device);
+}
+
+int ExecContext::tp_rank() const {
+  return comm != nullptr ? comm->rank() : 0;
+}
+int ExecContext::tp_size() const {
+  return comm != nullptr ? comm->world_size() : 1;
+}
+
+void DeviceRuntime::set_communicator(std::shared_ptr<parallel::Communicator> comm) {
+  comm_ = std::move(comm);
+  context_.comm = comm_.get();
 }
 
 bool cuda_available() {
@@ -58,8 +71,8 @@ Expected<std::unique_ptr<DeviceRuntime>> DeviceRuntime::create(Device device, DT
   } else if (device.is_cuda()) {
 #if VLLM_WITH_CUDA
     if (act_dtype != DType::kBF16 && act_dtype != DType::kF32) {
-      return make_error(ErrorCode::kUnsupported,
-                        "CUDA activations are bfloat16 or float32, not {}", dtype_name(act_dtype));
+      return make_error(ErrorCode::kUnsupported, "CUDA activations are bfloat16 or float32, not {}",
+                        dtype_name(act_dtype));
     }
     VLLM_RETURN_IF_ERROR(cuda::init());
     if (device.index >= cuda::device_count()) {

@@ -10,6 +10,9 @@
 #   4. The engine dying (the VLLM_TEST_ENGINE_FAIL_AFTER_STEPS test hook): requests get 500,
 #      /health 503 (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 keeps the server up for that), and the
 #      process exits 1 -- by itself without that variable.
+#   5. Tensor parallelism (-tp 2 --device cpu): the same greedy text as `vllm generate` on one
+#      rank; then its worker process is killed mid-stream: /health answers 503 within
+#      seconds and the server exits 1 (by itself, or on SIGTERM when kept alive).
 #
 #   bash tests/e2e/run_ops.sh            (VLLM_BUILD_DIR=build by default)
 # Needs node + tests/e2e/node_modules (scripts/fetch_e2e_deps.sh), curl, jq and openssl.
@@ -149,6 +152,59 @@ if grep -q '^data: {"error"' <<<"$body" && [ "$code" == 1 ]; then
   pass "engine death: the stream ends with an error event, the server exits 1 by itself"
 else
   fail "engine death: exit $code, body $body"; tail -n 5 "$log"
+fi
+
+# 5. Tensor parallelism: rank 0 serves, one worker process holds the other shard.
+worker_pid() { sed -n 's|.*started 1 worker processes (pids \([0-9]*\)).*|\1|p' "$log" | head -n1; }
+# Waits up to 10 s for `cmd` to succeed; prints the milliseconds it took.
+wait_for() {
+  local start
+  start=$(date +%s%N)
+  for _ in $(seq 1 100); do
+    "$@" && { echo $((($(date +%s%N) - start) / 1000000)); return 0; }
+    sleep 0.1
+  done
+  return 1
+}
+model_dir="$snapshot"
+reference=$("$bin" generate --model "$model_dir" --device cpu --prompt "Tensor parallel" \
+  --max-tokens 12 --temperature 0 --ignore-eos --json 2>/dev/null | jq -r .text)
+VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 start_server tp-kept vllm-test/tiny-moe -tp 2 --device cpu
+tp_base="http://127.0.0.1:$port"
+text=$(curl -sS -H "Content-Type: application/json" "$tp_base/v1/completions" \
+  -d '{"prompt": "Tensor parallel", "max_tokens": 12, "temperature": 0, "ignore_eos": true}' |
+  jq -r '.choices[0].text')
+wpid=$(worker_pid)
+# A long stream, and the worker killed while it runs.
+curl -sS -N -H "Content-Type: application/json" "$tp_base/v1/completions" \
+  -d '{"prompt": "die", "max_tokens": 400, "ignore_eos": true, "stream": true}' >"$work/tp-stream.txt" &
+curl_pid=$!
+sleep 0.3
+[ -n "$wpid" ] && kill -9 "$wpid"
+unhealthy() { [ "$(curl -sS -o /dev/null -w '%{http_code}' "$tp_base/health")" == 503 ]; }
+took=$(wait_for unhealthy) || took=none
+wait "$curl_pid" || true
+code=0; stop_server || code=$?
+if [ -n "$wpid" ] && [ -n "$reference" ] && [ "$text" == "$reference" ] && [ "$took" != none ] &&
+   [ "$code" == 1 ] &&
+   grep -q "tensor-parallel worker rank 1 (pid $wpid) was killed by signal 9" "$log"; then
+  pass "tensor parallelism: TP=2 text equals TP=1; a killed worker: /health 503 after ${took} ms, exit 1"
+else
+  fail "tensor parallelism: worker $wpid, text '$text' vs '$reference', 503 after $took ms, exit $code"
+  tail -n 5 "$log"
+fi
+start_server tp-dead vllm-test/tiny-moe -tp 2 --device cpu
+wpid=$(worker_pid)
+[ -n "$wpid" ] && kill -9 "$wpid"
+gone() { ! kill -0 "$server_pid" 2>/dev/null; }
+took=$(wait_for gone) || took=none
+code=0
+wait "$server_pid" || code=$?
+server_pid=""
+if [ -n "$wpid" ] && [ "$took" != none ] && [ "$code" == 1 ]; then
+  pass "tensor parallelism: an idle server whose worker is killed exits 1 by itself after ${took} ms"
+else
+  fail "tensor parallelism (idle): worker $wpid, exit $code after $took ms"; tail -n 5 "$log"
 fi
 
 [ $status == 0 ] && echo "e2e-ops: all passed"

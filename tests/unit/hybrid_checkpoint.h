@@ -41,7 +41,8 @@ struct HybridDims {
 
 class HybridCheckpointWriter {
  public:
-  explicit HybridCheckpointWriter(HybridSpec spec) : spec_(std::move(spec)), rng_(spec_.seed) {}
+  explicit HybridCheckpointWriter(HybridSpec spec, HybridDims dims = {})
+      : spec_(std::move(spec)), d_(std::move(dims)), rng_(spec_.seed) {}
 
   // Writes config.json and model.safetensors into dir. `drop` names tensors to leave out;
   // `reshape` gives tensors a wrong shape (one extra row).
@@ -123,7 +124,7 @@ class HybridCheckpointWriter {
     text["rope_parameters"] = {{"rope_type", "default"},
                                {"rope_theta", 10000.0},
                                {"partial_rotary_factor", 0.25},
-                               {"mrope_section", {1, 1, 1}},
+                               {"mrope_section", mrope_section()},
                                {"mrope_interleaved", true}};
     const std::string base = moe ? "qwen3_5_moe" : "qwen3_5";
     const std::string arch = moe ? "Qwen3_5Moe" : "Qwen3_5";
@@ -137,6 +138,12 @@ class HybridCheckpointWriter {
             {"tie_word_embeddings", spec_.tie_word_embeddings},
             {"text_config", text},
             {"vision_config", {{"depth", 1}, {"hidden_size", 8}}}};
+  }
+
+  // The rotary pairs (a quarter of head_dim, halved) over M-RoPE's three sections.
+  std::vector<int64_t> mrope_section() const {
+    const int64_t pairs = d_.head_dim / 8;
+    return {pairs - 2 * (pairs / 3), pairs / 3, pairs / 3};
   }
 
   Tensor random(const Shape& shape, double scale, double mean = 0.0) {

@@ -41,8 +41,9 @@ struct Seq {
 
 inline constexpr int64_t kBlockSize = 4;
 
-// Runs one step: each (seq, n) computes its next n tokens. Returns logits of every row.
-inline Tensor step(Model& model, ModelCache& cache, std::vector<std::pair<Seq*, int64_t>> work) {
+// One step's batch: each (seq, n) computes its next n tokens (and counts them computed);
+// logits of every row.
+inline ForwardBatch make_batch(const std::vector<std::pair<Seq*, int64_t>>& work) {
   ForwardBatch batch;
   std::vector<int64_t> ids, pos, slots;
   int64_t max_blocks = 0;
@@ -69,7 +70,12 @@ inline Tensor step(Model& model, ModelCache& cache, std::vector<std::pair<Seq*, 
   batch.slot_mapping = i64(slots);
   batch.logits_indices.resize(ids.size());
   std::iota(batch.logits_indices.begin(), batch.logits_indices.end(), 0);
-  auto logits = model.forward(batch, cache);
+  return batch;
+}
+
+// Runs one step: each (seq, n) computes its next n tokens. Returns logits of every row.
+inline Tensor step(Model& model, ModelCache& cache, std::vector<std::pair<Seq*, int64_t>> work) {
+  auto logits = model.forward(make_batch(work), cache);
   EXPECT_TRUE(logits.has_value()) << logits.status().to_string();
   return logits.has_value() ? *logits : Tensor();
 }

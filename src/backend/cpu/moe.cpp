@@ -189,7 +189,8 @@ size_t moe_experts_scratch_bytes(int64_t tokens, int64_t top_k, int64_t hidden, 
 
 Status moe_experts_stacked(const Tensor& x, const LinearWeight& gate_up_weight,
                            const LinearWeight& down_weight, const Tensor& topk_weights,
-                           const Tensor& topk_ids, Tensor& scratch, Tensor& out) {
+                           const Tensor& topk_ids, Tensor& scratch, Tensor& out,
+                           int64_t first_expert, int64_t num_global_experts) {
   constexpr std::string_view kOp = "moe_experts";
   const Tensor& gate_up = gate_up_weight.weight;
   const Tensor& down = down_weight.weight;
@@ -207,6 +208,12 @@ Status moe_experts_stacked(const Tensor& x, const LinearWeight& gate_up_weight,
                       hidden);
   }
   const int64_t num_experts = gate_up.size(0), inter = down.size(2);
+  const int64_t global = num_global_experts > 0 ? num_global_experts : num_experts;
+  if (first_expert < 0 || first_expert + num_experts > global) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "moe_experts: experts [{}, {}) are not a range of the {} experts",
+                      first_expert, first_expert + num_experts, global);
+  }
   VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "topk_weights", topk_weights, {DType::kF32}, 2));
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "topk_weights", topk_weights));
   const int64_t k = topk_weights.size(1);
@@ -237,19 +244,22 @@ Status moe_experts_stacked(const Tensor& x, const LinearWeight& gate_up_weight,
   scratch_layout(tokens * k, hidden, inter, num_experts, base, &sc);
   int64_t* start = sc.start;
   std::fill_n(start, num_experts + 1, 0);
+  auto local = [&](int64_t e) { return e - first_expert; };  // outside [0, E): another rank's
   for (int64_t i = 0; i < tokens * k; ++i) {
     const int64_t e = ids[i];
-    if (e < 0 || e >= num_experts) {
+    if (e < 0 || e >= global) {
       return make_error(ErrorCode::kOutOfRange,
                         "moe_experts: topk_ids[{}, {}] = {} is not one of the {} experts", i / k,
-                        i % k, e, num_experts);
+                        i % k, e, global);
     }
-    ++start[e + 1];
+    if (local(e) >= 0 && local(e) < num_experts) ++start[local(e) + 1];
   }
   for (int64_t e = 0; e < num_experts; ++e) start[e + 1] += start[e];
   std::copy_n(start, num_experts, sc.fill);
   for (int64_t i = 0; i < tokens * k; ++i) {
-    const int64_t at = sc.fill[ids[i]]++;
+    const int64_t e = local(ids[i]);
+    if (e < 0 || e >= num_experts) continue;
+    const int64_t at = sc.fill[e]++;
     sc.token[at] = i / k;
     sc.weight[at] = weights[i];
   }

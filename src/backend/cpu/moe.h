@@ -49,10 +49,15 @@ Status moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tenso
 // step's workspace). Each expert's gate and up rows run as one projection; for float weights
 // the result is bitwise moe_experts' on the same weights, for FP8 ones moe_experts' on the
 // dequantized weights.
+//
+// Expert parallelism: the stack may hold experts [first_expert, first_expert + E) of
+// num_global_experts (0: E) -- one rank's share. Ids must be below num_global_experts; pairs
+// routed to experts outside the stack (other ranks') are skipped, so out is this rank's
+// partial sum.
 size_t moe_experts_scratch_bytes(int64_t tokens, int64_t top_k, int64_t hidden, int64_t inter,
                                  int64_t num_experts);
 Status moe_experts_stacked(const Tensor& x, const LinearWeight& gate_up, const LinearWeight& down,
                            const Tensor& topk_weights, const Tensor& topk_ids, Tensor& scratch,
-                           Tensor& out);
+                           Tensor& out, int64_t first_expert = 0, int64_t num_global_experts = 0);
 
 }  // namespace vllm::cpu

@@ -16,6 +16,11 @@ namespace vllm::cpu {
 // out[t, :] = table[token_ids[t], :].  token_ids I32/I64 [T]; table F32/BF16/F16 [V, H];
 // out F32 [T, H]. An id outside [0, V) is kOutOfRange naming the id and position.
 Status embedding(const Tensor& token_ids, const Tensor& table, Tensor& out);
+// Vocab-parallel: `table` [R, H] holds rows [vocab_start, vocab_start + R) of a vocabulary of
+// `vocab_size`; out[t, :] is its row of token_ids[t], or zeros for a token outside the shard.
+// An id outside [0, vocab_size) is kOutOfRange.
+Status embedding_shard(const Tensor& token_ids, const Tensor& table, int64_t vocab_start,
+                       int64_t vocab_size, Tensor& out);
 
 // out = x / sqrt(mean(x^2) + eps) * w, where w = weight or (1 + weight) when unit_offset
 // (Qwen3.5/Qwen3-Next/Gemma style). x F32 [T, H]; weight F32/BF16/F16 [H]; out F32 [T, H]

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
 namespace vllm {
@@ -19,29 +20,45 @@ Expected<Tensor> concat_vectors(const std::vector<Tensor>& parts, const ExecCont
 
 Status AttentionLayer::load(WeightSource& w, const std::string& p, const AttentionSpec& spec,
                             const ExecContext& ctx) {
-  spec_ = spec;
   const int64_t hidden = spec.hidden_size, d = spec.head_dim;
   const int64_t q_dim = spec.num_heads * d, kv_dim = spec.num_kv_heads * d;
-  const int64_t q_rows = spec.output_gate ? 2 * q_dim : q_dim;
-  VLLM_ASSIGN_OR_RETURN(LinearWeight q, w.get_linear(p + "q_proj.weight", {q_rows, hidden}));
-  VLLM_ASSIGN_OR_RETURN(LinearWeight k, w.get_linear(p + "k_proj.weight", {kv_dim, hidden}));
-  VLLM_ASSIGN_OR_RETURN(LinearWeight v, w.get_linear(p + "v_proj.weight", {kv_dim, hidden}));
+  // q_proj rows come per head: d query rows, then (gated attention) d gate rows.
+  const int64_t q_stride = spec.output_gate ? 2 * d : d;
+  // Column-parallel q/k/v over this rank's heads, row-parallel o_proj (tensor_parallel.h).
+  VLLM_ASSIGN_OR_RETURN(ShardRange heads, tp_split(ctx, spec.num_heads, "num_attention_heads"));
+  VLLM_ASSIGN_OR_RETURN(ShardRange kv_heads, tp_kv_heads(ctx, spec.num_kv_heads));
+  const WeightSlice q_rows{0, heads.begin * q_stride, heads.end * q_stride};
+  const WeightSlice kv_rows{0, kv_heads.begin * d, kv_heads.end * d};
+  spec_ = spec;
+  spec_.num_heads = heads.size();
+  spec_.num_kv_heads = kv_heads.size();
+  VLLM_ASSIGN_OR_RETURN(
+      LinearWeight q,
+      w.get_linear_slice(p + "q_proj.weight", {spec.num_heads * q_stride, hidden}, q_rows));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight k,
+                        w.get_linear_slice(p + "k_proj.weight", {kv_dim, hidden}, kv_rows));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight v,
+                        w.get_linear_slice(p + "v_proj.weight", {kv_dim, hidden}, kv_rows));
   if (!same_weight_format(q, k) || !same_weight_format(q, v)) {
     return make_error(ErrorCode::kUnsupported,
                       "{}q_proj / k_proj / v_proj are {} / {} / {}; they must match", p,
                       weight_format(q), weight_format(k), weight_format(v));
   }
   VLLM_ASSIGN_OR_RETURN(qkv_, concat_linear_rows({q, k, v}, &ctx));
-  VLLM_ASSIGN_OR_RETURN(o_proj_, w.get_linear(p + "o_proj.weight", {hidden, q_dim}));
+  VLLM_ASSIGN_OR_RETURN(o_proj_,
+                        w.get_linear_slice(p + "o_proj.weight", {hidden, q_dim},
+                                           WeightSlice{1, heads.begin * d, heads.end * d}));
   if (spec.bias) {
-    VLLM_ASSIGN_OR_RETURN(Tensor qb, w.get(p + "q_proj.bias", {q_rows}));
-    VLLM_ASSIGN_OR_RETURN(Tensor kb, w.get(p + "k_proj.bias", {kv_dim}));
-    VLLM_ASSIGN_OR_RETURN(Tensor vb, w.get(p + "v_proj.bias", {kv_dim}));
+    VLLM_ASSIGN_OR_RETURN(Tensor qb,
+                          w.get_slice(p + "q_proj.bias", {spec.num_heads * q_stride}, q_rows));
+    VLLM_ASSIGN_OR_RETURN(Tensor kb, w.get_slice(p + "k_proj.bias", {kv_dim}, kv_rows));
+    VLLM_ASSIGN_OR_RETURN(Tensor vb, w.get_slice(p + "v_proj.bias", {kv_dim}, kv_rows));
     if (qb.dtype() != kb.dtype() || qb.dtype() != vb.dtype()) {
       return make_error(ErrorCode::kUnsupported, "{}q/k/v biases must share one dtype", p);
     }
     VLLM_ASSIGN_OR_RETURN(qkv_bias_, concat_vectors({qb, kb, vb}, ctx));
-    if (w.contains(p + "o_proj.bias")) {
+    // Row-parallel: the partial outputs are summed, so only rank 0 adds the bias.
+    if (w.contains(p + "o_proj.bias") && ctx.tp_rank() == 0) {
       VLLM_ASSIGN_OR_RETURN(o_bias_, w.get(p + "o_proj.bias", {hidden}));
     }
   }
@@ -81,7 +98,8 @@ Status AttentionLayer::forward(const ExecContext& ctx, const Tensor& x, const St
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   VLLM_RETURN_IF_ERROR(ops::paged_attention(ctx, q, kv_cache, in.layout, scale, attn));
   if (gate.defined()) VLLM_RETURN_IF_ERROR(ops::sigmoid_gate_mul(ctx, attn, gate));
-  return ops::linear(ctx, attn, o_proj_, o_bias_, out);
+  VLLM_RETURN_IF_ERROR(ops::linear(ctx, attn, o_proj_, o_bias_, out));
+  return ops::all_reduce(ctx, out);
 }
 
 }  // namespace vllm

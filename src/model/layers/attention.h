@@ -7,6 +7,8 @@
 //   a = paged_attention(q, cache)           causal over the request's cached context
 //   a *= sigmoid(gate)                      gated attention only
 //   out = a @ o_proj^T (+ bias)
+// Under tensor parallelism (ctx.comm) each rank holds its query heads and KV heads (or a
+// replica of one) and o_proj's matching columns; out is all-reduced (tensor_parallel.h).
 #pragma once
 
 #include <string>
@@ -32,7 +34,8 @@ struct AttentionSpec {
 
 class AttentionLayer {
  public:
-  // Reads {prefix}q_proj / k_proj / v_proj / o_proj (.weight, .bias) and q_norm / k_norm.
+  // Reads {prefix}q_proj / k_proj / v_proj / o_proj (.weight, .bias) and q_norm / k_norm:
+  // this rank's shard of them.
   Status load(WeightSource& w, const std::string& prefix, const AttentionSpec& spec,
               const ExecContext& ctx);
 
@@ -41,9 +44,9 @@ class AttentionLayer {
                  const Tensor& cos_sin_cache, Tensor& kv_cache, Tensor& out) const;
 
  private:
-  AttentionSpec spec_;
-  LinearWeight qkv_;  // [q_rows + 2 * kv_dim, hidden]
-  Tensor qkv_bias_;   // [q_rows + 2 * kv_dim]
+  AttentionSpec spec_;  // this rank's heads
+  LinearWeight qkv_;    // [q_rows + 2 * kv_dim, hidden]
+  Tensor qkv_bias_;     // [q_rows + 2 * kv_dim]
   LinearWeight o_proj_;
   Tensor o_bias_;
   Tensor q_norm_, k_norm_;

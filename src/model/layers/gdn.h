@@ -7,7 +7,9 @@
 //   out = out_proj(rms_norm(o) * w * silu(z))        per value head
 // Checkpoints store the projections either as in_proj_qkv / in_proj_z / in_proj_b /
 // in_proj_a (Qwen3.5) or fused per key head as in_proj_qkvz / in_proj_ba (Qwen3-Next);
-// both load into the one row layout above.
+// both load into the one row layout above. Under tensor parallelism each rank holds its key
+// heads with their value-head groups (every part of in_proj, the conv channels, A_log,
+// dt_bias, the states) and out_proj's matching columns; out is all-reduced.
 #pragma once
 
 #include <string>
@@ -40,11 +42,11 @@ class GdnLayer {
   Status load(WeightSource& w, const std::string& prefix, const GdnSpec& spec,
               const ExecContext& ctx);
   // x [T, hidden] -> out [T, hidden]; conv_state / ssm_state are this layer's state tensors.
-  Status forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in,
-                 Tensor& conv_state, Tensor& ssm_state, Tensor& out) const;
+  Status forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in, Tensor& conv_state,
+                 Tensor& ssm_state, Tensor& out) const;
 
  private:
-  GdnSpec spec_;
+  GdnSpec spec_;  // this rank's heads
   // [conv_dim + value_dim + 2 * Hv, hidden]: q | k | v | z | b | a; or, when b and a come in
   // another weight format than the rest (an FP8 checkpoint's BF16 in_proj_b / in_proj_a),
   // [conv_dim + value_dim, hidden]: q | k | v | z, with in_proj_ba_ [2 * Hv, hidden]: b | a.

@@ -1,13 +1,20 @@
 #include "model/layers/mlp.h"
 
+#include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
 namespace vllm {
 
 Status MlpLayer::load(WeightSource& w, const std::string& p, int64_t hidden, int64_t inter,
-                      const ExecContext& ctx) {
-  VLLM_ASSIGN_OR_RETURN(LinearWeight gate, w.get_linear(p + "gate_proj.weight", {inter, hidden}));
-  VLLM_ASSIGN_OR_RETURN(LinearWeight up, w.get_linear(p + "up_proj.weight", {inter, hidden}));
+                      const ExecContext& ctx, bool reduce_results) {
+  reduce_results_ = reduce_results;
+  VLLM_ASSIGN_OR_RETURN(ShardRange part,
+                        tp_split(ctx, inter, "the intermediate size of " + p + "gate_proj"));
+  const WeightSlice rows{0, part.begin, part.end};
+  VLLM_ASSIGN_OR_RETURN(LinearWeight gate,
+                        w.get_linear_slice(p + "gate_proj.weight", {inter, hidden}, rows));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight up,
+                        w.get_linear_slice(p + "up_proj.weight", {inter, hidden}, rows));
   if (!same_weight_format(gate, up)) {
     return make_error(ErrorCode::kUnsupported,
                       "tensor '{}gate_proj.weight' is {} but '{}up_proj.weight' is {}; they must "
@@ -15,7 +22,8 @@ Status MlpLayer::load(WeightSource& w, const std::string& p, int64_t hidden, int
                       p, weight_format(gate), p, weight_format(up));
   }
   VLLM_ASSIGN_OR_RETURN(gate_up_, concat_linear_rows({gate, up}, &ctx));
-  VLLM_ASSIGN_OR_RETURN(down_, w.get_linear(p + "down_proj.weight", {hidden, inter}));
+  VLLM_ASSIGN_OR_RETURN(down_, w.get_linear_slice(p + "down_proj.weight", {hidden, inter},
+                                                  WeightSlice{1, part.begin, part.end}));
   return Status::ok();
 }
 
@@ -25,7 +33,8 @@ Status MlpLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) c
   VLLM_ASSIGN_OR_RETURN(Tensor act, ctx.act({tokens, inter}));
   VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, gate_up_, Tensor(), gate_up));
   VLLM_RETURN_IF_ERROR(ops::silu_and_mul(ctx, gate_up, act));
-  return ops::linear(ctx, act, down_, Tensor(), out);
+  VLLM_RETURN_IF_ERROR(ops::linear(ctx, act, down_, Tensor(), out));
+  return reduce_results_ ? ops::all_reduce(ctx, out) : Status::ok();
 }
 
 }  // namespace vllm

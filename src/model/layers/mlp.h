@@ -1,6 +1,9 @@
 // The dense SwiGLU MLP every model shares: out = down(silu(gate(x)) * up(x)), with gate and
 // up fused into one [2I, H] matrix (one GEMM). Weights are float or block-scaled FP8
-// (model/weights.h); gate and up must share a format.
+// (model/weights.h); gate and up must share a format. Under tensor parallelism each rank
+// holds its slice of the intermediate features (gate/up rows, down columns) and out is
+// all-reduced -- unless the caller reduces it together with more (the MoE block's shared
+// expert).
 #pragma once
 
 #include <string>
@@ -14,16 +17,19 @@ namespace vllm {
 
 class MlpLayer {
  public:
-  // Reads {prefix}gate_proj.weight, up_proj.weight [I, H] and down_proj.weight [H, I].
+  // Reads this rank's shard of {prefix}gate_proj.weight, up_proj.weight [I, H] and
+  // down_proj.weight [H, I]. reduce_results false: forward leaves each rank's partial sum.
   Status load(WeightSource& w, const std::string& prefix, int64_t hidden, int64_t intermediate,
-              const ExecContext& ctx);
+              const ExecContext& ctx, bool reduce_results = true);
   // x [T, H] -> out [T, H].
   Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
 
-  // Weights from elsewhere: gate_up [2I, H] (gate rows, then up rows), down [H, I].
+  // Weights from elsewhere (this rank's shard): gate_up [2I, H] (gate rows, then up rows),
+  // down [H, I]; forward leaves partial sums.
   void set(LinearWeight gate_up, LinearWeight down) {
     gate_up_ = std::move(gate_up);
     down_ = std::move(down);
+    reduce_results_ = false;
   }
 
   bool loaded() const { return down_.defined(); }
@@ -31,6 +37,7 @@ class MlpLayer {
  private:
   LinearWeight gate_up_;  // [2I, H]: gate rows then up rows
   LinearWeight down_;     // [H, I]
+  bool reduce_results_ = true;
 };
 
 }  // namespace vllm

@@ -1,7 +1,10 @@
 #include "model/layers/moe.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
+
+#include "model/tensor_parallel.h"
 
 namespace vllm {
 
@@ -44,17 +47,17 @@ class ExpertStack {
     return ops::copy(ctx, per_row, dst_scales);
   }
 
-  // Copies a [n, rows, cols] stack of experts into experts [0, n).
-  Status put_experts(const ExecContext& ctx, const std::string& part_name,
-                     const LinearWeight& part) {
+  // Copies a [n, r, cols] stack of experts into rows [row, row + r) of experts [0, n).
+  Status put_experts(const ExecContext& ctx, const std::string& part_name, const LinearWeight& part,
+                     int64_t row = 0) {
     for (int64_t e = 0; e < part.size(0); ++e) {
-      LinearWeight one(part.weight.slice(0, e, e + 1).view({shape_[1], shape_[2]}));
+      LinearWeight one(part.weight.slice(0, e, e + 1).view({part.size(1), part.size(2)}));
       if (part.is_fp8()) {
         const Shape& grid = part.scale_inv.shape();
         one = LinearWeight(one.weight, part.scale_inv.slice(0, e, e + 1).view({grid[1], grid[2]}),
                            part.block);
       }
-      VLLM_RETURN_IF_ERROR(put(ctx, part_name, one, e, 0));
+      VLLM_RETURN_IF_ERROR(put(ctx, part_name, one, e, row));
     }
     return Status::ok();
   }
@@ -117,18 +120,20 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
     // On CUDA a shared expert of the routed experts' shape runs as one more expert (E): its
     // gate's sigmoid is the weight of a (k + 1)-th routing slot (cuda::moe_route), so it
     // costs no launches of its own. The CPU keeps it apart, as the reference.
-    shared_in_experts_ = ctx.is_cuda() && gate_in_router_ &&
+    shared_in_experts_ = ctx.is_cuda() && gate_in_router_ && !expert_parallel() &&
                          spec.shared_intermediate_size == spec.intermediate_size;
   }
   VLLM_RETURN_IF_ERROR(load_experts(w, m, ctx));
   if (shared_in_experts_) {
     // Larger batches run it apart (see forward), from the same memory.
-    const int64_t inter = spec.intermediate_size;
+    const int64_t inter = experts_.down.size(2);  // this rank's slice
     shared_.set(experts_.gate_up.slice(0, experts, experts + 1).view({2 * inter, hidden}),
                 experts_.down.slice(0, experts, experts + 1).view({hidden, inter}));
   } else if (spec.shared_intermediate_size > 0) {
-    VLLM_RETURN_IF_ERROR(
-        shared_.load(w, m + "shared_expert.", hidden, spec.shared_intermediate_size, ctx));
+    // Its partial sums join the experts' in the block's one all-reduce.
+    VLLM_RETURN_IF_ERROR(shared_.load(w, m + "shared_expert.", hidden,
+                                      spec.shared_intermediate_size, ctx,
+                                      /*reduce_results=*/false));
   }
   return Status::ok();
 }
@@ -136,33 +141,56 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
 Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecContext& ctx) {
   const int64_t hidden = spec_.hidden_size, experts = spec_.num_experts;
   const int64_t inter = spec_.intermediate_size;
+  if (expert_parallel()) return load_local_experts(w, m, ctx);
   const int64_t slots = experts + (shared_in_experts_ ? 1 : 0);
-  ExpertStack gate_up(m + "experts.gate_up_proj", {slots, 2 * inter, hidden}, {0, inter});
-  ExpertStack down(m + "experts.down_proj", {slots, hidden, inter}, {0});
+  // Tensor parallelism: every rank holds every expert's slice of the intermediate features.
+  VLLM_ASSIGN_OR_RETURN(ShardRange part, tp_split(ctx, inter, "moe_intermediate_size"));
+  const int64_t local = part.size();
+  ExpertStack gate_up(m + "experts.gate_up_proj", {slots, 2 * local, hidden}, {0, local});
+  ExpertStack down(m + "experts.down_proj", {slots, hidden, local}, {0});
   if (w.contains(m + "experts.gate_up_proj")) {
-    VLLM_ASSIGN_OR_RETURN(LinearWeight fused_gate_up,
-                          w.get_linear(m + "experts.gate_up_proj", {experts, 2 * inter, hidden}));
-    VLLM_ASSIGN_OR_RETURN(LinearWeight fused_down,
-                          w.get_linear(m + "experts.down_proj", {experts, hidden, inter}));
-    if (!same_weight_format(fused_down, fused_gate_up)) {
-      return make_error(ErrorCode::kUnsupported,
-                        "tensor '{}experts.down_proj' is {} but '{}experts.gate_up_proj' is {}; "
-                        "they must match",
-                        m, weight_format(fused_down), m, weight_format(fused_gate_up));
+    const std::string gate_up_name = m + "experts.gate_up_proj",
+                      down_name = m + "experts.down_proj";
+    const Shape gate_up_shape{experts, 2 * inter, hidden}, down_shape{experts, hidden, inter};
+    if (ctx.tp_size() == 1) {
+      VLLM_ASSIGN_OR_RETURN(LinearWeight fused_gate_up, w.get_linear(gate_up_name, gate_up_shape));
+      VLLM_ASSIGN_OR_RETURN(LinearWeight fused_down, w.get_linear(down_name, down_shape));
+      if (!same_weight_format(fused_down, fused_gate_up)) {
+        return make_error(ErrorCode::kUnsupported,
+                          "tensor '{}' is {} but '{}' is {}; they must match", down_name,
+                          weight_format(fused_down), gate_up_name, weight_format(fused_gate_up));
+      }
+      if (fused_gate_up.is_fp8() && ctx.is_cuda()) {
+        return make_error(ErrorCode::kUnsupported,
+                          "expert weight '{}' is block-scaled FP8 (F8_E4M3), and the CUDA backend "
+                          "has no FP8 expert kernels yet: run FP8 MoE models with --device cpu",
+                          gate_up_name);
+      }
+      if (!shared_in_experts_) {
+        experts_.set(fused_gate_up, fused_down);
+        return Status::ok();
+      }
+      VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, gate_up_name, fused_gate_up));
+      VLLM_RETURN_IF_ERROR(down.put_experts(ctx, down_name, fused_down));
+    } else {
+      // Each expert's gate rows [i0, i1), up rows [I + i0, I + i1) and down columns [i0, i1).
+      {
+        VLLM_ASSIGN_OR_RETURN(
+            LinearWeight gate,
+            w.get_linear_slice(gate_up_name, gate_up_shape, WeightSlice{1, part.begin, part.end}));
+        VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, gate_up_name, gate, 0));
+      }
+      {
+        VLLM_ASSIGN_OR_RETURN(LinearWeight up, w.get_linear_slice(gate_up_name, gate_up_shape,
+                                                                  WeightSlice{1, inter + part.begin,
+                                                                              inter + part.end}));
+        VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, gate_up_name, up, local));
+      }
+      VLLM_ASSIGN_OR_RETURN(
+          LinearWeight dn,
+          w.get_linear_slice(down_name, down_shape, WeightSlice{2, part.begin, part.end}));
+      VLLM_RETURN_IF_ERROR(down.put_experts(ctx, down_name, dn));
     }
-    if (fused_gate_up.is_fp8() && ctx.is_cuda()) {
-      return make_error(ErrorCode::kUnsupported,
-                        "expert weight '{}experts.gate_up_proj' is block-scaled FP8 (F8_E4M3), and "
-                        "the CUDA backend has no FP8 expert kernels yet: run FP8 MoE models with "
-                        "--device cpu",
-                        m);
-    }
-    if (!shared_in_experts_) {
-      experts_.set(fused_gate_up, fused_down);
-      return Status::ok();
-    }
-    VLLM_RETURN_IF_ERROR(gate_up.put_experts(ctx, m + "experts.gate_up_proj", fused_gate_up));
-    VLLM_RETURN_IF_ERROR(down.put_experts(ctx, m + "experts.down_proj", fused_down));
   } else {
     // Per expert: experts 0 .. E-1 must all be there (get() names a missing one), and no more.
     const std::string extra = m + "experts." + std::to_string(experts) + ".gate_proj.weight";
@@ -172,8 +200,8 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
                         extra, experts);
     }
     for (int64_t e = 0; e < experts; ++e) {
-      VLLM_RETURN_IF_ERROR(put_mlp(w, m + "experts." + std::to_string(e) + ".", e, ctx, gate_up,
-                                   down));
+      VLLM_RETURN_IF_ERROR(
+          put_mlp(w, m + "experts." + std::to_string(e) + ".", e, ctx, gate_up, down));
     }
   }
   if (shared_in_experts_) {
@@ -190,18 +218,75 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
   return Status::ok();
 }
 
+Status MoeLayer::load_local_experts(WeightSource& w, const std::string& m, const ExecContext& ctx) {
+  const int64_t hidden = spec_.hidden_size, experts = spec_.num_experts;
+  const int64_t inter = spec_.intermediate_size, ranks = ctx.tp_size(), rank = ctx.tp_rank();
+  if (experts < ranks) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "expert parallelism: num_experts ({}) is below --tensor-parallel-size {}; "
+                      "every rank needs an expert",
+                      experts, ranks);
+  }
+  // vLLM's linear placement: experts / ranks each, the remainder to the first ranks.
+  const int64_t base = experts / ranks, remainder = experts % ranks;
+  const int64_t count = base + (rank < remainder ? 1 : 0);
+  const int64_t first = rank * base + std::min(rank, remainder);
+  LinearWeight stacked_gate_up, stacked_down;
+  if (w.contains(m + "experts.gate_up_proj")) {
+    const WeightSlice mine{0, first, first + count};
+    VLLM_ASSIGN_OR_RETURN(stacked_gate_up, w.get_linear_slice(m + "experts.gate_up_proj",
+                                                              {experts, 2 * inter, hidden}, mine));
+    VLLM_ASSIGN_OR_RETURN(
+        stacked_down, w.get_linear_slice(m + "experts.down_proj", {experts, hidden, inter}, mine));
+  } else {
+    const std::string extra = m + "experts." + std::to_string(experts) + ".gate_proj.weight";
+    if (w.contains(extra)) {
+      return make_error(ErrorCode::kInvalidFormat,
+                        "tensor '{}' is in the checkpoint, but config.json has num_experts = {}",
+                        extra, experts);
+    }
+    ExpertStack gate_up(m + "experts.gate_up_proj", {count, 2 * inter, hidden}, {0, inter});
+    ExpertStack down(m + "experts.down_proj", {count, hidden, inter}, {0});
+    for (int64_t e = first; e < first + count; ++e) {
+      VLLM_RETURN_IF_ERROR(
+          put_mlp(w, m + "experts." + std::to_string(e) + ".", e - first, ctx, gate_up, down));
+    }
+    stacked_gate_up = gate_up.take();
+    stacked_down = down.take();
+  }
+  if (!same_weight_format(stacked_down, stacked_gate_up)) {
+    return make_error(ErrorCode::kUnsupported,
+                      "{}experts: the down projections are {} but the gate and up projections "
+                      "are {}; they must match",
+                      m, weight_format(stacked_down), weight_format(stacked_gate_up));
+  }
+  experts_.set(stacked_gate_up, stacked_down);
+  experts_.first_expert = first;
+  experts_.num_experts = experts;
+  return Status::ok();
+}
+
 Status MoeLayer::put_mlp(WeightSource& w, const std::string& x, int64_t slot,
                          const ExecContext& ctx, ExpertStack& gate_up, ExpertStack& down) const {
   const int64_t hidden = spec_.hidden_size, inter = spec_.intermediate_size;
+  // Whole experts under expert parallelism, else this rank's slice of every expert.
+  ShardRange part{0, inter};
+  if (!expert_parallel()) {
+    VLLM_ASSIGN_OR_RETURN(part, tp_split(ctx, inter, "moe_intermediate_size"));
+  }
+  const WeightSlice rows{0, part.begin, part.end};
   {
-    VLLM_ASSIGN_OR_RETURN(LinearWeight gate, w.get_linear(x + "gate_proj.weight", {inter, hidden}));
+    VLLM_ASSIGN_OR_RETURN(LinearWeight gate,
+                          w.get_linear_slice(x + "gate_proj.weight", {inter, hidden}, rows));
     VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "gate_proj.weight", gate, slot, 0));
   }
   {
-    VLLM_ASSIGN_OR_RETURN(LinearWeight up, w.get_linear(x + "up_proj.weight", {inter, hidden}));
-    VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "up_proj.weight", up, slot, inter));
+    VLLM_ASSIGN_OR_RETURN(LinearWeight up,
+                          w.get_linear_slice(x + "up_proj.weight", {inter, hidden}, rows));
+    VLLM_RETURN_IF_ERROR(gate_up.put(ctx, x + "up_proj.weight", up, slot, part.size()));
   }
-  VLLM_ASSIGN_OR_RETURN(LinearWeight dn, w.get_linear(x + "down_proj.weight", {hidden, inter}));
+  VLLM_ASSIGN_OR_RETURN(LinearWeight dn, w.get_linear_slice(x + "down_proj.weight", {hidden, inter},
+                                                            WeightSlice{1, part.begin, part.end}));
   return down.put(ctx, x + "down_proj.weight", dn, slot, 0);
 }
 
@@ -215,8 +300,8 @@ Expected<MoeLayer::Routing> MoeLayer::route(const ExecContext& ctx, const Tensor
   VLLM_ASSIGN_OR_RETURN(r.topk_weights, ctx.alloc({tokens, slots}, DType::kF32));
   VLLM_ASSIGN_OR_RETURN(r.topk_ids, ctx.alloc({tokens, slots}, DType::kI64));
   const Tensor logits = r.shared_slot ? r.logits : r.logits.slice(1, 0, experts);
-  VLLM_RETURN_IF_ERROR(ops::moe_route(ctx, logits, k, spec_.renormalize, r.topk_weights,
-                                      r.topk_ids, r.shared_slot));
+  VLLM_RETURN_IF_ERROR(
+      ops::moe_route(ctx, logits, k, spec_.renormalize, r.topk_weights, r.topk_ids, r.shared_slot));
   return r;
 }
 
@@ -234,7 +319,9 @@ Status MoeLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) c
       VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, shared_gate_, Tensor(), shared.gate));
     }
   }
-  return ops::moe_experts(ctx, x, experts_, r.topk_weights, r.topk_ids, shared, out);
+  VLLM_RETURN_IF_ERROR(ops::moe_experts(ctx, x, experts_, r.topk_weights, r.topk_ids, shared, out));
+  // Every rank's partial sums of the routed and the shared expert, in one all-reduce.
+  return ops::all_reduce(ctx, out);
 }
 
 }  // namespace vllm

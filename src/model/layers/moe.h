@@ -8,6 +8,14 @@
 // read, so no second host copy exists) or fused (mlp.experts.gate_up_proj [E, 2I, H],
 // mlp.experts.down_proj [E, H, I]: taken as they are). The shared expert's gate is one more row
 // of the router's matrix when their dtypes agree, so one GEMM gives both.
+//
+// Tensor parallelism (vLLM's default, without --enable-expert-parallel): the router and the
+// shared expert's gate are replicated; every rank holds every expert's (and the shared
+// expert's) slice of the intermediate features, and the block's output is all-reduced once.
+// With expert parallelism each rank holds its whole experts instead (the shared expert stays
+// sliced): every rank has every token (the hidden states are replicated), computes the pairs
+// routed to its experts, and the same all-reduce sums them -- the token exchange expert
+// parallelism needs, within one tensor-parallel group.
 #pragma once
 
 #include <string>
@@ -27,6 +35,10 @@ struct MoeSpec {
   int64_t intermediate_size = 0;         // per expert
   int64_t shared_intermediate_size = 0;  // 0: no shared expert
   bool renormalize = true;
+  // vLLM's --enable-expert-parallel, under tensor parallelism: each rank holds whole
+  // experts (a contiguous range, the remainder to the first ranks, vLLM's "linear"
+  // placement) instead of a slice of every expert.
+  bool expert_parallel = false;
 };
 
 class ExpertStack;
@@ -61,6 +73,9 @@ class MoeLayer {
 
  private:
   Status load_experts(WeightSource& w, const std::string& prefix, const ExecContext& ctx);
+  // Expert parallelism: this rank's whole experts.
+  Status load_local_experts(WeightSource& w, const std::string& prefix, const ExecContext& ctx);
+  bool expert_parallel() const { return spec_.expert_parallel; }
   // {x}gate_proj / up_proj / down_proj.weight into slot `slot` of the stacks.
   Status put_mlp(WeightSource& w, const std::string& x, int64_t slot, const ExecContext& ctx,
                  ExpertStack& gate_up, ExpertStack& down) const;

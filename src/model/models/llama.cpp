@@ -13,6 +13,7 @@
 #include "model/layers/rope.h"
 #include "model/models/registry.h"
 #include "model/step_inputs.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 #include "ops/ops.h"
 
@@ -31,13 +32,14 @@ class LlamaModel final : public Model {
 
   Status load(WeightSource& weights, const LoadOptions& options);
   const ModelConfig& config() const override { return config_; }
-  Expected<ModelCache> create_cache(const CacheConfig& cache_config) const override;
+  CacheShapes cache_shapes() const override;
   Expected<Tensor> compute(const StepInputs& in, ModelCache& cache) override;
   Status check_cache(const ModelCache& cache) const override;
 
  private:
   ModelConfig config_;
   bool qk_norm_;
+  int64_t num_kv_heads_ = 0;  // this rank's
   Tensor embed_tokens_, final_norm_, lm_head_, cos_sin_cache_;
   std::vector<LlamaLayer> layers_;
 };
@@ -53,12 +55,17 @@ Status LlamaModel::load(WeightSource& source, const LoadOptions& options) {
     return make_error(ErrorCode::kInvalidFormat,
                       "config: num_attention_heads must be a multiple of num_key_value_heads");
   }
-  VLLM_ASSIGN_OR_RETURN(embed_tokens_, w.get("model.embed_tokens.weight", {c.vocab_size, hidden}));
+  VLLM_RETURN_IF_ERROR(check_tensor_parallel(c, ctx.tp_size()));
+  VLLM_ASSIGN_OR_RETURN(ShardRange kv_heads, tp_kv_heads(ctx, c.num_key_value_heads));
+  num_kv_heads_ = kv_heads.size();
+  VLLM_ASSIGN_OR_RETURN(embed_tokens_,
+                        load_vocab_rows(w, "model.embed_tokens.weight", c.vocab_size, hidden, ctx));
   VLLM_ASSIGN_OR_RETURN(final_norm_, w.get("model.norm.weight", {hidden}));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
-    VLLM_ASSIGN_OR_RETURN(lm_head_, w.get("lm_head.weight", {c.vocab_size, hidden}));
+    VLLM_ASSIGN_OR_RETURN(lm_head_,
+                          load_vocab_rows(w, "lm_head.weight", c.vocab_size, hidden, ctx));
   }
   AttentionSpec spec;
   spec.hidden_size = hidden;
@@ -85,12 +92,12 @@ Status LlamaModel::load(WeightSource& source, const LoadOptions& options) {
   return runtime->synchronize();
 }
 
-Expected<ModelCache> LlamaModel::create_cache(const CacheConfig& cache_config) const {
+CacheShapes LlamaModel::cache_shapes() const {
   CacheShapes shapes;
   shapes.num_attention_layers = config_.num_hidden_layers;
-  shapes.num_kv_heads = config_.num_key_value_heads;
+  shapes.num_kv_heads = num_kv_heads_;
   shapes.head_dim = config_.head_dim;
-  return allocate_cache(context(), cache_config, shapes);
+  return shapes;
 }
 
 Status LlamaModel::check_cache(const ModelCache& cache) const {
@@ -114,7 +121,7 @@ Expected<Tensor> LlamaModel::compute(const StepInputs& in, ModelCache& cache) {
   VLLM_ASSIGN_OR_RETURN(Tensor h, ctx.act({tokens, hidden}));
   VLLM_ASSIGN_OR_RETURN(Tensor m, ctx.act({tokens, hidden}));
   VLLM_RETURN_IF_ERROR(ops::zero(ctx, residual));
-  VLLM_RETURN_IF_ERROR(ops::embedding(ctx, in.token_ids, embed_tokens_, h));
+  VLLM_RETURN_IF_ERROR(embed_tokens(ctx, in.token_ids, embed_tokens_, config_.vocab_size, h));
 
   for (size_t i = 0; i < layers_.size(); ++i) {
     const LlamaLayer& l = layers_[i];
@@ -128,8 +135,9 @@ Expected<Tensor> LlamaModel::compute(const StepInputs& in, ModelCache& cache) {
     s = l.mlp.forward(ctx, m, h);
     if (!s.is_ok()) return s.with_context(fmt::format("layer {} mlp", i));
   }
-  return compute_logits(ctx, h, residual, in.logits_indices,
-                        LogitsHead{final_norm_, eps, /*unit_offset=*/false, lm_head_});
+  return compute_logits(
+      ctx, h, residual, in.logits_indices,
+      LogitsHead{final_norm_, eps, /*unit_offset=*/false, lm_head_, config_.vocab_size});
 }
 
 template <bool kQkNorm>

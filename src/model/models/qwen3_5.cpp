@@ -15,20 +15,8 @@
 
 namespace vllm::hybrid {
 
-Expected<ModelCache> HybridModel::create_cache(const CacheConfig& cache_config) const {
-  const ModelConfig& c = config_;
-  CacheShapes s;
-  s.num_attention_layers = num_attention_layers_;
-  s.num_kv_heads = c.num_key_value_heads;
-  s.head_dim = c.head_dim;
-  s.num_linear_layers = num_linear_layers_;
-  s.conv_dim = 2 * c.linear_num_key_heads * c.linear_key_head_dim +
-               c.linear_num_value_heads * c.linear_value_head_dim;
-  s.conv_kernel = c.linear_conv_kernel_dim;
-  s.num_value_heads = c.linear_num_value_heads;
-  s.key_head_dim = c.linear_key_head_dim;
-  s.value_head_dim = c.linear_value_head_dim;
-  return allocate_cache(context(), cache_config, s);
+CacheShapes HybridModel::cache_shapes() const {
+  return cache_shapes_;
 }
 
 Status HybridModel::check_cache(const ModelCache& cache) const {
@@ -54,7 +42,7 @@ Expected<Tensor> HybridModel::compute(const StepInputs& in, ModelCache& cache) {
   VLLM_ASSIGN_OR_RETURN(Tensor h, ctx.act({tokens, hidden}));
   VLLM_ASSIGN_OR_RETURN(Tensor m, ctx.act({tokens, hidden}));
   VLLM_RETURN_IF_ERROR(ops::zero(ctx, residual));
-  VLLM_RETURN_IF_ERROR(ops::embedding(ctx, in.token_ids, embed_tokens_, h));
+  VLLM_RETURN_IF_ERROR(embed_tokens(ctx, in.token_ids, embed_tokens_, config_.vocab_size, h));
 
   for (size_t i = 0; i < layers_.size(); ++i) {
     const HybridLayer& l = layers_[i];
@@ -71,8 +59,9 @@ Expected<Tensor> HybridModel::compute(const StepInputs& in, ModelCache& cache) {
     s = l.sparse ? l.moe.forward(ctx, m, h) : l.mlp.forward(ctx, m, h);
     if (!s.is_ok()) return s.with_context(fmt::format("layer {} mlp", i));
   }
-  return compute_logits(ctx, h, residual, in.logits_indices,
-                        LogitsHead{final_norm_, eps, /*unit_offset=*/true, lm_head_});
+  return compute_logits(
+      ctx, h, residual, in.logits_indices,
+      LogitsHead{final_norm_, eps, /*unit_offset=*/true, lm_head_, config_.vocab_size});
 }
 
 namespace {

@@ -56,7 +56,7 @@ class HybridModel final : public Model {
 
   Status load(WeightSource& weights, const LoadOptions& options);  // qwen3_5_weights.cpp
   const ModelConfig& config() const override { return config_; }
-  Expected<ModelCache> create_cache(const CacheConfig& cache_config) const override;
+  CacheShapes cache_shapes() const override;
   Expected<Tensor> compute(const StepInputs& in, ModelCache& cache) override;
   Status check_cache(const ModelCache& cache) const override;
 
@@ -67,6 +67,7 @@ class HybridModel final : public Model {
   ModelConfig config_;
   HybridVariant variant_;
   int64_t num_attention_layers_ = 0, num_linear_layers_ = 0;
+  CacheShapes cache_shapes_;  // this rank's (set at load)
   Tensor embed_tokens_, final_norm_, lm_head_, cos_sin_cache_;
   std::vector<HybridLayer> layers_;
 };

@@ -14,8 +14,10 @@
 #include <string>
 
 #include "model/decoder.h"
+#include "model/layers/logits.h"
 #include "model/layers/rope.h"
 #include "model/models/qwen3_5.h"
+#include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
 namespace vllm::hybrid {
@@ -90,13 +92,30 @@ Status HybridModel::load(WeightSource& source, const LoadOptions& options) {
       break;
     }
   }
-  VLLM_ASSIGN_OR_RETURN(embed_tokens_,
-                        w.get(prefix + "embed_tokens.weight", {c.vocab_size, hidden}));
+  VLLM_RETURN_IF_ERROR(check_tensor_parallel(c, ctx.tp_size()));
+  VLLM_ASSIGN_OR_RETURN(
+      embed_tokens_, load_vocab_rows(w, prefix + "embed_tokens.weight", c.vocab_size, hidden, ctx));
   VLLM_ASSIGN_OR_RETURN(final_norm_, w.get(prefix + "norm.weight", {hidden}));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
-    VLLM_ASSIGN_OR_RETURN(lm_head_, w.get("lm_head.weight", {c.vocab_size, hidden}));
+    VLLM_ASSIGN_OR_RETURN(lm_head_,
+                          load_vocab_rows(w, "lm_head.weight", c.vocab_size, hidden, ctx));
+  }
+  // This rank's cache shapes (tensor_parallel.h): its KV heads and GDN heads.
+  VLLM_ASSIGN_OR_RETURN(ShardRange kv_heads, tp_kv_heads(ctx, c.num_key_value_heads));
+  cache_shapes_.num_kv_heads = kv_heads.size();
+  cache_shapes_.head_dim = c.head_dim;
+  if (c.linear_num_key_heads > 0) {
+    VLLM_ASSIGN_OR_RETURN(ShardRange keys,
+                          tp_split(ctx, c.linear_num_key_heads, "linear_num_key_heads"));
+    const int64_t group = c.linear_num_value_heads / c.linear_num_key_heads;
+    cache_shapes_.num_value_heads = keys.size() * group;
+    cache_shapes_.key_head_dim = c.linear_key_head_dim;
+    cache_shapes_.value_head_dim = c.linear_value_head_dim;
+    cache_shapes_.conv_dim = 2 * keys.size() * c.linear_key_head_dim +
+                             cache_shapes_.num_value_heads * c.linear_value_head_dim;
+    cache_shapes_.conv_kernel = c.linear_conv_kernel_dim;
   }
   AttentionSpec attn;
   attn.hidden_size = hidden;
@@ -124,6 +143,7 @@ Status HybridModel::load(WeightSource& source, const LoadOptions& options) {
   moe.intermediate_size = c.moe_intermediate_size;
   moe.shared_intermediate_size = c.shared_expert_intermediate_size;
   moe.renormalize = variant_.sparse == HybridVariant::Sparse::kAll || c.norm_topk_prob;
+  moe.expert_parallel = options.enable_expert_parallel && ctx.tp_size() > 1;
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   num_attention_layers_ = num_linear_layers_ = 0;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -148,6 +168,8 @@ Status HybridModel::load(WeightSource& source, const LoadOptions& options) {
   }
   const int64_t max_position =
       options.max_model_len > 0 ? options.max_model_len : c.max_position_embeddings;
+  cache_shapes_.num_attention_layers = num_attention_layers_;
+  cache_shapes_.num_linear_layers = num_linear_layers_;
   VLLM_ASSIGN_OR_RETURN(Tensor table, compute_cos_sin_cache(c.rope, c.head_dim, max_position));
   VLLM_ASSIGN_OR_RETURN(cos_sin_cache_, ops::upload(ctx, table));
   return runtime->synchronize();
