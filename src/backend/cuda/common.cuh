@@ -81,6 +81,19 @@ __device__ __forceinline__ Pack<T, N> load_weight_pack(const T* p) {
   return load_pack<T, N, true>(p);
 }
 
+// 16 bytes of weights (16-byte aligned), read once: not kept in L1 (the batched GEMVs).
+__device__ __forceinline__ uint4 load_weight16(const void* p) {
+  uint4 v;
+#if defined(__CUDA_ARCH__)
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+#else
+  memcpy(&v, p, sizeof v);
+#endif
+  return v;
+}
+
 // acc + a . b, in f32, element by element.
 template <typename T, int N>
 __device__ __forceinline__ float dot_pack(const Pack<T, N>& a, const Pack<T, N>& b, float acc) {

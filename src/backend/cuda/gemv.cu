@@ -68,19 +68,6 @@ struct GemvParams {
   int m, n, k;
 };
 
-// 16 bytes of weights, read once: not kept in L1.
-__device__ __forceinline__ uint4 load_weight16(const void* p) {
-  uint4 v;
-#if defined(__CUDA_ARCH__)
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-#else
-  memcpy(&v, p, sizeof v);
-#endif
-  return v;
-}
-
 // 16 bytes of x, which every block reads: a coherent load (an earlier kernel wrote x; see
 // pdl_wait in common.cuh), cached in L1.
 __device__ __forceinline__ uint4 load_input16(const void* p) {

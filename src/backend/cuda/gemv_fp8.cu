@@ -77,19 +77,6 @@ __device__ __forceinline__ void chunk_to_float(const uint4& v, float* out) {
   }
 }
 
-// 16 bytes of weights, read once: not kept in L1.
-__device__ __forceinline__ uint4 load_fp8_chunk(const uint8_t* p) {
-  uint4 v;
-#if defined(__CUDA_ARCH__)
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-#else
-  memcpy(&v, p, sizeof v);
-#endif
-  return v;
-}
-
 // 16 consecutive activations (16-byte aligned) as floats: a coherent load (an earlier kernel
 // wrote x; see pdl_wait in common.cuh).
 __device__ __forceinline__ void load_x16(const float* p, float* out) {
@@ -141,7 +128,7 @@ __global__ void __launch_bounds__(kFp8Threads) fp8_gemv_kernel(Fp8Params p) {
         const int c = c0 + u * kWarpSize;
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) {
-          if (c < chunks) wv[u][r] = load_fp8_chunk(wrow[r] + int64_t{c} * kChunk);
+          if (c < chunks) wv[u][r] = load_weight16(wrow[r] + int64_t{c} * kChunk);
         }
       }
 #pragma unroll
@@ -246,7 +233,7 @@ __global__ void __launch_bounds__(kDequantThreads) fp8_dequantize_kernel(Dequant
       const int64_t n = i / row_chunks, k0 = (i % row_chunks) * kChunk;
       const float s = __ldg(p.scales + (n / p.block_n) * p.scale_cols + k0 / p.block_k);
       float wf[kChunk];
-      chunk_to_float(load_fp8_chunk(p.w + n * p.k + k0), wf);
+      chunk_to_float(load_weight16(p.w + n * p.k + k0), wf);
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) out[n * p.k + k0 + j] = from_float<TO>(wf[j] * s);
     }
