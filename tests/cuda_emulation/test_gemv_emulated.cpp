@@ -3,7 +3,7 @@
 // its reduction, rows of x and weight past M and N, K tails, the element-wise path (K not a
 // multiple of 8, rows off 16-byte boundaries), bias, F32 logits, row-strided x and out, and
 // the F32 kernel, on every CI run. Shapes are small (one OS thread per CUDA thread) but reach
-// every instantiation and both block shapes, with 1 to 8 warps per block.
+// every instantiation and both block shapes, with 1 to 16 warps per block.
 //
 // Tolerances: BF16 outputs 1e-2 (their rounding alone is ~2e-3). F32 outputs: the emulated
 // products are exact and summed in f32, as the CPU's, in another order: 1e-5.
@@ -108,7 +108,8 @@ TEST(GemvEmulated, TensorCoreKernelMatchesCpu) {
   };
   for (const Case& c : cases) {
     for (GemvLaunch launch :
-         {GemvLaunch{16, 8}, GemvLaunch{32, 3}, GemvLaunch{32, 1}, GemvLaunch{16, 2}}) {
+         {GemvLaunch{16, 8}, GemvLaunch{32, 3}, GemvLaunch{32, 1}, GemvLaunch{16, 2},
+          GemvLaunch{16, 16}, GemvLaunch{32, 11}}) {
       run_case(c, &launch, rng);
     }
   }
@@ -181,7 +182,7 @@ TEST(GemvEmulated, RefusesMoreRowsThanCapacityAndBadLaunches) {
   for (int64_t i = 0; i < untouched.numel(); ++i)
     ASSERT_TRUE(std::isnan(untouched.data<float>()[i]));
   p.m = 4;
-  for (GemvLaunch bad : {GemvLaunch{8, 8}, GemvLaunch{16, 0}, GemvLaunch{32, 9}}) {
+  for (GemvLaunch bad : {GemvLaunch{8, 8}, GemvLaunch{16, 0}, GemvLaunch{32, 17}}) {
     s = cuda::detail::launch_gemv(p, bad, nullptr);
     EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
   }
@@ -193,7 +194,11 @@ TEST(GemvEmulated, LaunchShapeDependsOnTheFeatureCountOnly) {
   EXPECT_EQ(cuda::detail::choose_gemv_launch(5120, 132).rows_per_block, 16);
   EXPECT_EQ(cuda::detail::choose_gemv_launch(10240, 132).rows_per_block, 32);
   EXPECT_EQ(cuda::detail::choose_gemv_launch(248320, 132).rows_per_block, 32);
+  // 16 warps while the 16-row blocks are at most one per SM.
   EXPECT_EQ(cuda::detail::choose_gemv_launch(2560, 132).warps, 8);
+  EXPECT_EQ(cuda::detail::choose_gemv_launch(2112, 132).warps, 16);
+  EXPECT_EQ(cuda::detail::choose_gemv_launch(2113, 132).warps, 8);
+  EXPECT_EQ(cuda::detail::choose_gemv_launch(257, 132).warps, 16);
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // "row tiles" of 16 weight rows) and its W warps split K: k is cut into 32-wide steps, warp w
 // takes steps [w S, w S + S), then [(w + W) S, ...), and so on, with S = 4 / row tiles, so
 // each lane issues 8 16-byte weight loads (4 KB per warp) before it multiplies; 2-3 blocks
-// of 8 warps per SM keep 64-96 KB in flight there. The product is mma.sync m16n8k16 (mma.cuh)
+// of 8 warps per SM keep 64-96 KB in flight there (outputs too narrow for more than one
+// 16-row block per SM take blocks of 16 warps instead). The product is mma.sync m16n8k16 (mma.cuh)
 // with a weight tile as A (16 rows) and x^T as B (8 rows of x per n8 tile; one tile for
 // M <= 8, two for M <= 16): at M = 16 a CUDA-core GEMV needs as many FMAs per weight byte as
 // an SM can issue, the tensor cores two instructions per 16 x 32 x 8 products. With one row
@@ -44,7 +45,7 @@ namespace vllm::cuda::detail {
 namespace {
 
 constexpr int kMaxRows = static_cast<int>(kGemvMaxRows);
-constexpr int kMaxWarps = 8;
+constexpr int kMaxWarps = 16;
 constexpr int kStepK = 32;     // k per step: 4 lanes x 8 elements
 constexpr int kTileRows = 16;  // weight rows of one m16n8k16 A tile
 constexpr int kStepLoads = 4;  // steps x row tiles per iteration: 8 weight loads per lane
@@ -108,10 +109,13 @@ __device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t n,
 // registers with spills to 110.
 template <int kNTiles, int kRowTiles, bool kVec>
 constexpr int kMinBlocks = !kVec || kNTiles * kRowTiles < 4 ? 3 : 2;
+// Blocks of 16 warps (narrow outputs: one block per SM) keep the 8-warp blocks' registers.
+template <int kNTiles, int kRowTiles, bool kVec, int kWarps>
+constexpr int kMinBlocksOf = kWarps <= 8 ? kMinBlocks<kNTiles, kRowTiles, kVec> : 1;
 
 // kNTiles: n8 tiles of x rows (M <= 8 * kNTiles); kRowTiles: 16-row weight tiles per block.
-template <int kNTiles, int kRowTiles, bool kVec>
-__global__ void __launch_bounds__(kMaxWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTiles, kVec>))
+template <int kNTiles, int kRowTiles, bool kVec, int kWarps>
+__global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocksOf<kNTiles, kRowTiles, kVec, kWarps>))
     gemv_bf16_kernel(GemvParams p) {
   // Weights are read before pdl_wait (their first loads overlap the previous kernel), x after.
   // The element-wise path issues 16 loads per chunk anyway: one step per iteration.
@@ -341,8 +345,12 @@ Status launch_bf16(const GemvParams& p, int warps, cudaStream_t stream) {
   constexpr int kRows = kTileRows * kRowTiles;
   const size_t smem =
       static_cast<size_t>(warps) * kRowTiles * kNTiles * 4 * kWarpSize * sizeof(float);
-  return run(gemv_bf16_kernel<kNTiles, kRowTiles, kVec>, "gemv_bf16_kernel", ceil_div(p.n, kRows),
-             warps * kWarpSize, smem, p, stream);
+  if (warps > 8) {
+    return run(gemv_bf16_kernel<kNTiles, kRowTiles, kVec, 16>, "gemv_bf16_kernel",
+               ceil_div(p.n, kRows), warps * kWarpSize, smem, p, stream);
+  }
+  return run(gemv_bf16_kernel<kNTiles, kRowTiles, kVec, 8>, "gemv_bf16_kernel",
+             ceil_div(p.n, kRows), warps * kWarpSize, smem, p, stream);
 }
 
 template <int kNTiles>
@@ -365,7 +373,9 @@ GemvLaunch choose_gemv_launch(int64_t n, int sm_count) {
   GemvLaunch launch;
   launch.rows_per_block =
       ceil_div(n, 2 * kTileRows) >= 2 * int64_t{sm_count} ? 2 * kTileRows : kTileRows;
-  launch.warps = 8;
+  // Narrow outputs (at most one 16-row block per SM: the 35B-A3B router, out_proj and o_proj)
+  // would leave 32 KB in flight per SM with 8 warps; 16 warps split K twice as finely.
+  launch.warps = launch.rows_per_block == kTileRows && ceil_div(n, kTileRows) <= sm_count ? 16 : 8;
   return launch;
 }
 

@@ -30,7 +30,7 @@ struct GemvProblem {
 };
 
 // How the BF16 kernel splits the work: a block owns `rows_per_block` (16 or 32) consecutive
-// output features and its `warps` (1 to 8) warps split K between them. The F32 kernel and
+// output features and its `warps` (1 to 16) warps split K between them. The F32 kernel and
 // the BF16 element-wise path (K not a multiple of 8, rows off 16-byte boundaries) always use
 // blocks of 16 rows; they take only `warps` from here (BF16) or nothing (F32).
 struct GemvLaunch {
