@@ -45,7 +45,9 @@ namespace vllm::cuda::detail {
 namespace {
 
 constexpr int kMaxRows = static_cast<int>(kGemvMaxRows);
-constexpr int kMaxWarps = 16;
+constexpr int kBlockWarps = 8;       // warps of a block, unless the output is narrow
+constexpr int kWideBlockWarps = 16;  // for outputs of at most one 16-row block per SM
+constexpr int kMaxWarps = kWideBlockWarps;
 constexpr int kStepK = 32;     // k per step: 4 lanes x 8 elements
 constexpr int kTileRows = 16;  // weight rows of one m16n8k16 A tile
 constexpr int kStepLoads = 4;  // steps x row tiles per iteration: 8 weight loads per lane
@@ -106,16 +108,15 @@ __device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t n,
 
 // Blocks of 8 warps resident per SM that the register budget must allow: 3 (<= 80 registers)
 // where ptxas then needs no spills, else 2 (<= 128). Unbounded, ptxas picks anywhere from 40
-// registers with spills to 110.
-template <int kNTiles, int kRowTiles, bool kVec>
-constexpr int kMinBlocks = !kVec || kNTiles * kRowTiles < 4 ? 3 : 2;
-// Blocks of 16 warps (narrow outputs: one block per SM) keep the 8-warp blocks' registers.
+// registers with spills to 110. Blocks of 16 warps serve outputs of at most one block per SM:
+// one.
 template <int kNTiles, int kRowTiles, bool kVec, int kWarps>
-constexpr int kMinBlocksOf = kWarps <= 8 ? kMinBlocks<kNTiles, kRowTiles, kVec> : 1;
+constexpr int kMinBlocks =
+    kWarps > kBlockWarps ? 1 : (!kVec || kNTiles * kRowTiles < 4 ? 3 : 2);
 
 // kNTiles: n8 tiles of x rows (M <= 8 * kNTiles); kRowTiles: 16-row weight tiles per block.
 template <int kNTiles, int kRowTiles, bool kVec, int kWarps>
-__global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocksOf<kNTiles, kRowTiles, kVec, kWarps>))
+__global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTiles, kVec, kWarps>))
     gemv_bf16_kernel(GemvParams p) {
   // Weights are read before pdl_wait (their first loads overlap the previous kernel), x after.
   // The element-wise path issues 16 loads per chunk anyway: one step per iteration.
@@ -345,12 +346,10 @@ Status launch_bf16(const GemvParams& p, int warps, cudaStream_t stream) {
   constexpr int kRows = kTileRows * kRowTiles;
   const size_t smem =
       static_cast<size_t>(warps) * kRowTiles * kNTiles * 4 * kWarpSize * sizeof(float);
-  if (warps > 8) {
-    return run(gemv_bf16_kernel<kNTiles, kRowTiles, kVec, 16>, "gemv_bf16_kernel",
-               ceil_div(p.n, kRows), warps * kWarpSize, smem, p, stream);
-  }
-  return run(gemv_bf16_kernel<kNTiles, kRowTiles, kVec, 8>, "gemv_bf16_kernel",
-             ceil_div(p.n, kRows), warps * kWarpSize, smem, p, stream);
+  const auto kernel = warps > kBlockWarps
+                          ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kWideBlockWarps>
+                          : gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kBlockWarps>;
+  return run(kernel, "gemv_bf16_kernel", ceil_div(p.n, kRows), warps * kWarpSize, smem, p, stream);
 }
 
 template <int kNTiles>
@@ -375,7 +374,9 @@ GemvLaunch choose_gemv_launch(int64_t n, int sm_count) {
       ceil_div(n, 2 * kTileRows) >= 2 * int64_t{sm_count} ? 2 * kTileRows : kTileRows;
   // Narrow outputs (at most one 16-row block per SM: the 35B-A3B router, out_proj and o_proj)
   // would leave 32 KB in flight per SM with 8 warps; 16 warps split K twice as finely.
-  launch.warps = launch.rows_per_block == kTileRows && ceil_div(n, kTileRows) <= sm_count ? 16 : 8;
+  launch.warps = launch.rows_per_block == kTileRows && ceil_div(n, kTileRows) <= sm_count
+                     ? kWideBlockWarps
+                     : kBlockWarps;
   return launch;
 }
 
