@@ -4,8 +4,9 @@
 // expert's cpu::add_sigmoid_gated, on random inputs.
 //
 // Shapes: Qwen3.5-35B-A3B (hidden 2048, 256 experts of 512, top-8) from one token to a
-// prefill of 1100, Qwen3-Next-80B (512 experts, top-10), the golden checkpoints' odd ones
-// (hidden 56 / 60, intermediate 40, 10 / 6 experts), the demo model's, and top-k 1..10.
+// prefill of 1100, Qwen3-Next-80B (512 experts, top-10), 122B-A10B's expert shapes (hidden
+// 3072, intermediate 1024), the golden checkpoints' odd ones (hidden 56 / 60, intermediate 40,
+// 10 / 6 experts), the demo model's, and top-k 1..10.
 // Routings: random, a few experts for the whole batch (most get no token), one expert in
 // every token. Outputs start as NaN and the scratch as 0x7F bytes (huge values), so an
 // unwritten output or a read of an unwritten intermediate fails; sliced operands check row
@@ -347,6 +348,13 @@ TEST_F(MoeCuda, ExpertsMatchCpuOnModelShapes) {
       {"35B-A3B, 1100 tokens (128-row tiles)", 1100, kH35, kI35, kE35, 8},
       {"35B-A3B, 96 tokens on 9 experts", 96, kH35, kI35, kE35, 8, Dist::kFewExperts},
       {"35B-A3B, one expert in all 300 tokens", 300, kH35, kI35, kE35, 8, Dist::kOneExpertAll},
+      {"35B-A3B, one expert in all 8 tokens", 8, kH35, kI35, kE35, 8, Dist::kOneExpertAll},
+      {"35B-A3B, 5 tokens on 9 experts", 5, kH35, kI35, kE35, 8, Dist::kFewExperts},
+      {"35B-A3B, 3 tokens, no shared expert", 3, kH35, kI35, kE35, 8, Dist::kRandom, false},
+      {"Qwen3-Next-80B, 4 tokens", 4, 2048, 512, 512, 10},
+      // 122B-A10B's expert shapes (hidden 3072, intermediate 1024) on 16 experts.
+      {"122B-A10B shapes, 2 tokens", 2, 3072, 1024, 16, 8},
+      {"122B-A10B shapes, 8 tokens", 8, 3072, 1024, 16, 8},
       {"Qwen3-Next-80B, 16 tokens", 16, 2048, 512, 512, 10},
       {"Qwen3-Next-80B, 130 tokens", 130, 2048, 512, 512, 10},
   };
@@ -389,11 +397,11 @@ TEST_F(MoeCuda, ExpertsMatchCpuForTopK1To10) {
 
 // An id outside [0, E), which the device cannot report, contributes nothing: the result
 // equals the CPU op's with that pair's weight set to zero.
-TEST_F(MoeCuda, ExpertsSkipOutOfRangeIds) {
-  const int64_t t = 12, h = 64, inter = 32, e = 8, k = 3;
+void check_out_of_range_ids(int64_t t, std::mt19937& rng) {
+  const int64_t h = 64, inter = 32, e = 8, k = 3;
   const ExpertSet& w = expert_set(e, h, inter, DType::kBF16);
-  auto [weights, ids] = make_routing(t, e, k, Dist::kRandom, rng_);
-  Tensor x = random_tensor({t, h}, DType::kBF16, rng_, 0.0f, 1.0f);
+  auto [weights, ids] = make_routing(t, e, k, Dist::kRandom, rng);
+  Tensor x = random_tensor({t, h}, DType::kBF16, rng, 0.0f, 1.0f);
   Tensor bad_ids = ids.clone();
   bad_ids.data<int64_t>()[0] = -1;
   bad_ids.data<int64_t>()[5] = e;
@@ -417,6 +425,14 @@ TEST_F(MoeCuda, ExpertsSkipOutOfRangeIds) {
         Tensor::try_empty({static_cast<int64_t>(bytes)}, DType::kU8, Device::cuda()).value();
     ASSERT_OK(cuda::moe_experts(x_gpu, to_device(weights), ids_gpu, args, scratch, out, kStream));
     EXPECT_TRUE(relative_l2(to_host_f32(out), ref, 1e-2));
+  }
+}
+
+TEST_F(MoeCuda, ExpertsSkipOutOfRangeIds) {
+  // 12 tokens, and 5: a batch the automatic choice gives the per-pair path.
+  for (const int64_t t : {int64_t{12}, int64_t{5}}) {
+    SCOPED_TRACE(std::to_string(t) + " tokens");
+    check_out_of_range_ids(t, rng_);
   }
 }
 
