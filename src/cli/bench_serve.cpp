@@ -29,7 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct ServeArgs {
+struct BenchServeArgs {
   bench::ServeBenchmarkOptions options;
   bench::RandomDatasetOptions dataset;
   std::string host = "127.0.0.1";
@@ -107,7 +107,7 @@ std::string python_float(double v) {
 }
 
 // vLLM's default name: {label}-{rate}qps[-concurrency{N}]-{model}-{date}.json.
-fs::path result_path(const ServeArgs& a, const nlohmann::json& result, std::optional<int64_t> mc,
+fs::path result_path(const BenchServeArgs& a, const nlohmann::json& result, std::optional<int64_t> mc,
                      bool sweep) {
   std::string name = a.result_filename;
   if (name.empty() && !a.save_result.empty()) name = a.save_result.front();
@@ -124,7 +124,7 @@ fs::path result_path(const ServeArgs& a, const nlohmann::json& result, std::opti
   return a.result_dir.empty() ? fs::path(name) : fs::path(a.result_dir) / name;
 }
 
-int run_bench_serve(ServeArgs& a) {
+int run_bench_serve(BenchServeArgs& a) {
   bench::ServeBenchmarkOptions& o = a.options;
   o.endpoint.base_url = a.base_url.empty() ? fmt::format("http://{}:{}", a.host, a.port) : a.base_url;
   while (!o.endpoint.base_url.empty() && o.endpoint.base_url.back() == '/') o.endpoint.base_url.pop_back();
@@ -240,7 +240,7 @@ int run_bench_serve(ServeArgs& a) {
 }  // namespace
 
 Runner add_bench_serve_command(CLI::App& bench) {
-  auto a = std::make_shared<ServeArgs>();
+  auto a = std::make_shared<BenchServeArgs>();
   CLI::App* cmd = bench.add_subcommand("serve", "Benchmark an OpenAI-compatible server (streaming)");
   bench::ServeBenchmarkOptions& o = a->options;
   cmd->add_option("--backend", o.endpoint.backend, "openai (completions) | openai-chat")
