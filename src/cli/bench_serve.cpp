@@ -107,8 +107,8 @@ std::string python_float(double v) {
 }
 
 // vLLM's default name: {label}-{rate}qps[-concurrency{N}]-{model}-{date}.json.
-fs::path result_path(const BenchServeArgs& a, const nlohmann::json& result, std::optional<int64_t> mc,
-                     bool sweep) {
+fs::path result_path(const BenchServeArgs& a, const nlohmann::json& result,
+                     std::optional<int64_t> mc, bool sweep) {
   std::string name = a.result_filename;
   if (name.empty() && !a.save_result.empty()) name = a.save_result.front();
   if (name.empty()) {
