@@ -63,6 +63,8 @@ std::vector<AttnCase> emulated_cases() {
       // Decode with key splitting: 1-chunk and 3-chunk requests in one batch.
       {"decode split", {1, 1, 1}, {1, 700, 1500}, 2, 4, 64, 16},
       {"decode split D=256", {1, 1}, {600, 5}, 1, 6, 256, 32},
+      // More chunks than a warp's lanes (63): the combine's second (m, l) per lane.
+      {"decode 63 chunks", {1}, {4000}, 1, 2, 64, 16},
       {"decode G=16", {1, 1}, {80, 33}, 1, 16, 128, 16},
       {"decode no workspace", {1, 1}, {900, 31}, 1, 2, 128, 64, false},
       // Several tokens in one small block, split.
