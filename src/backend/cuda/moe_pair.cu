@@ -6,11 +6,12 @@
 //            round trip after launch (the grouped paths wait for the grouping's counts,
 //            offsets and permutation first). The token's row x goes to shared memory. Warp w
 //            owns act column c: gate row c and up row I + c of expert e, each lane loading
-//            kGateUpUnroll 16-byte chunks of both rows before it uses any, and writes
-//            act[p][c] = silu(gate . x) * (up . x).
+//            several 16-byte chunks of both rows before it uses any (8 of each for BF16:
+//            2048 columns a round trip), and writes act[p][c] = silu(gate . x) * (up . x).
 //   down:    grid (row groups, tokens). A block serves kDownRows output rows of one token t,
 //            one warp per slot of t: the warp loads its chunks of those rows of down[e] and
-//            of act[p] together and reduces one dot product per row, rounded to the storage
+//            of act[p] together (for BF16 two chunks of each row a lane: 512 columns a round
+//            trip) and reduces one dot product per row, rounded to the storage
 //            type (the expert output, as on the other paths). After one barrier, thread r
 //            sums row r's slots in slot order, weighted, in f32, adds the shared expert's
 //            sigmoid-gated row and rounds out[t][h] once: the combine of the other paths,
@@ -20,6 +21,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
@@ -34,7 +36,6 @@ constexpr int kPairThreads = kPairWarps * kWarpSize;
 constexpr int kGateUpUnroll = 4;   // chunks of each of the two rows a lane keeps in flight
 constexpr int kDownRows = 8;       // output rows of a down block (each warp: all of them, one slot)
 constexpr int kDownMaxWarps = 16;  // warps of a down block: one per slot up to this many
-constexpr int kDownUnroll = 1;     // chunks of each row a lane keeps in flight
 
 template <typename T>
 struct PairParams {
@@ -120,6 +121,7 @@ __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_kernel(PairP
 }
 
 // Block: one warp per slot (slots past kDownMaxWarps wrap around), kDownRows output rows.
+constexpr int kDownUnroll = 1;  // chunks of each row a lane keeps in flight
 template <typename T, int kN>
 __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize) moe_pair_down_kernel(PairParams<T> p) {
   pdl_wait();
@@ -191,6 +193,157 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize) moe_pair_down_kernel
   p.out[t * p.out_stride + h] = from_float<T>(acc);
 }
 
+// ---- BF16: more of each row in flight ------------------------------------------------------
+// The same two products for BF16 rows of whole 16-byte chunks (the common case; the kernels
+// above serve F32 and unaligned rows): a lane issues every chunk it reads in a round before it
+// uses the first, and keeps them as the raw words it loaded, widened only at the FMA, so twice
+// the chunks of the kernels above fit in the registers that keep two blocks on an SM. Each
+// lane adds its chunks in the order the kernels above do, so the results are the same bits.
+// gate/up: kWholeGateUpChunks chunks of both rows a lane per round (2048 columns: a
+// 35B-A3B row in one round trip).
+constexpr int kWholeGateUpChunks = 8;
+
+// acc + w . x over the 8 BF16 elements of two 16-byte chunks, in element order.
+__device__ __forceinline__ float dot_bf16x8(const uint4& w, const uint4& x, float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
+    acc = fmaf(__uint_as_float(ws[i] & 0xffff0000u), __uint_as_float(xs[i] & 0xffff0000u), acc);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ uint4 load_weight_chunk(const __nv_bfloat16* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+__global__ void __launch_bounds__(kPairThreads, 2)
+    moe_pair_gate_up_whole_kernel(PairParams<__nv_bfloat16> p) {
+  using T = __nv_bfloat16;
+  constexpr int kN = 8;
+  pdl_wait();
+  pdl_launch_next();
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* x = reinterpret_cast<T*>(smem);  // [H]: the pair's token row
+  const int pair = blockIdx.y;
+  const int64_t e = p.ids[pair];
+  if (e < 0 || e >= p.experts) return;  // the whole block; the down kernel skips this pair
+  const int col = blockIdx.x * kPairWarps + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const T* gate_row =
+      p.gate_up + (e * 2 * p.inter + min(col, p.inter - 1)) * static_cast<int64_t>(p.hidden);
+  const T* up_row = gate_row + static_cast<int64_t>(p.inter) * p.hidden;
+  const int chunks = p.hidden / kN;
+  float g = 0.0f, u = 0.0f;
+  for (int c0 = 0; c0 < chunks; c0 += kWarpSize * kWholeGateUpChunks) {
+    uint4 wg[kWholeGateUpChunks], wu[kWholeGateUpChunks];
+#pragma unroll
+    for (int i = 0; i < kWholeGateUpChunks; ++i) {
+      const int ci = c0 + lane + i * kWarpSize;
+      if (ci < chunks) {
+        wg[i] = load_weight_chunk(gate_row + int64_t{ci} * kN);
+        wu[i] = load_weight_chunk(up_row + int64_t{ci} * kN);
+      }
+    }
+    if (c0 == 0) {  // the first round's chunks are in flight while the block stages x
+      stage<T, kN>(x, p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx, p.hidden);
+      __syncthreads();
+      if (col >= p.inter) return;  // whole warps leave; no barrier below
+    }
+#pragma unroll
+    for (int i = 0; i < kWholeGateUpChunks; ++i) {
+      const int ci = c0 + lane + i * kWarpSize;
+      if (ci < chunks) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(x + int64_t{ci} * kN);
+        g = dot_bf16x8(wg[i], xv, g);
+        u = dot_bf16x8(wu[i], xv, u);
+      }
+    }
+  }
+  g = warp_sum(g);
+  u = warp_sum(u);
+  if (lane == 0) {
+    p.act[static_cast<int64_t>(pair) * p.inter + col] = from_float<T>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+// Down: kWholeDownUnroll chunks of each of the block's kDownRows rows a lane per round (512
+// columns: a 35B-A3B row in one round trip), 64 registers of weights. At most 96 registers a
+// thread: an SM's four schedulers each hold a quarter of its registers, and two blocks of
+// nine warps (top-8 and the shared expert) put five warps on one of them (5 x 32 x 96 <=
+// 16,384), so a batch-1 grid of 256 blocks is one wave.
+constexpr int kWholeDownUnroll = 2;
+
+__global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloat16> p) {
+  using T = __nv_bfloat16;
+  constexpr int kN = 8;
+  pdl_wait();
+  pdl_launch_next();
+  __shared__ float y_s[kMoePairMaxSlots][kDownRows];  // expert outputs, rounded to T
+  const int t = blockIdx.y;
+  const int h0 = blockIdx.x * kDownRows;
+  const int warps = blockDim.x / kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t first_pair = static_cast<int64_t>(t) * p.top_k;
+  const int chunks = p.inter / kN;
+  for (int slot = warp; slot < p.top_k; slot += warps) {
+    const int64_t e = p.ids[first_pair + slot];
+    const bool use = e >= 0 && e < p.experts;
+    const T* base = p.down + (use ? e : 0) * p.hidden * static_cast<int64_t>(p.inter);
+    const T* act = p.act + (first_pair + slot) * p.inter;
+    // The block's rows, all inside the expert: hidden % kDownRows == 0 (launch_pair).
+    const T* rows = base + static_cast<int64_t>(h0) * p.inter;
+    float dot[kDownRows];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) dot[r] = 0.0f;
+    if (use) {
+      for (int c = lane; c < chunks; c += kWarpSize * kWholeDownUnroll) {
+        uint4 w[kDownRows][kWholeDownUnroll], a[kWholeDownUnroll];
+#pragma unroll
+        for (int i = 0; i < kWholeDownUnroll; ++i) {
+          const int ci = c + i * kWarpSize;
+          if (ci < chunks) {
+#pragma unroll
+            for (int r = 0; r < kDownRows; ++r)
+              w[r][i] = load_weight_chunk(rows + r * p.inter + ci * kN);
+            a[i] = *reinterpret_cast<const uint4*>(act + int64_t{ci} * kN);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kWholeDownUnroll; ++i) {
+          if (c + i * kWarpSize < chunks) {
+#pragma unroll
+            for (int r = 0; r < kDownRows; ++r) dot[r] = dot_bf16x8(w[r][i], a[i], dot[r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) {
+      const float y = to_float(from_float<T>(warp_sum(dot[r])));  // the expert output
+      if (lane == r) y_s[slot][r] = y;
+    }
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  if (r >= kDownRows || h0 + r >= p.hidden) return;
+  float acc = 0.0f;
+  for (int slot = 0; slot < p.top_k; ++slot) {
+    const int64_t e = p.ids[first_pair + slot];
+    if (e >= 0 && e < p.experts) acc += p.weights[first_pair + slot] * y_s[slot][r];
+  }
+  const int h = h0 + r;
+  if (p.shared != nullptr) {
+    const float g = p.gate_f32 ? static_cast<const float*>(p.gate)[t * p.gate_stride]
+                               : to_float(static_cast<const T*>(p.gate)[t * p.gate_stride]);
+    acc += 1.0f / (1.0f + expf(-g)) * to_float(p.shared[t * p.shared_stride + h]);
+  }
+  p.out[t * p.out_stride + h] = from_float<T>(acc);
+}
+
 template <typename T>
 Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stream) {
   constexpr int kN = 16 / sizeof(T);
@@ -220,22 +373,26 @@ Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stre
   const bool vec_gu = pr.hidden % kN == 0 && is_aligned(pr.x, 16) && is_aligned(pr.gate_up, 16) &&
                       (pr.tokens == 1 || (pr.ldx * sizeof(T)) % 16 == 0);
   const size_t x_smem = static_cast<size_t>(pr.hidden) * sizeof(T);
-  if (vec_gu) {
-    launch_pdl(moe_pair_gate_up_kernel<T, kN>, gu_grid, kPairThreads, x_smem, stream, p);
+  void (*gate_up)(PairParams<T>) = moe_pair_gate_up_kernel<T, 1>;
+  if constexpr (sizeof(T) == 2) {
+    if (vec_gu) gate_up = moe_pair_gate_up_whole_kernel;
   } else {
-    launch_pdl(moe_pair_gate_up_kernel<T, 1>, gu_grid, kPairThreads, x_smem, stream, p);
+    if (vec_gu) gate_up = moe_pair_gate_up_kernel<T, kN>;
   }
+  launch_pdl(gate_up, gu_grid, kPairThreads, x_smem, stream, p);
   VLLM_RETURN_IF_ERROR(check_launch("moe_pair_gate_up_kernel"));
 
   const dim3 dn_grid(static_cast<unsigned>(ceil_div(pr.hidden, kDownRows)),
                      static_cast<unsigned>(pr.tokens));
   const unsigned dn_threads = static_cast<unsigned>(std::min(a.top_k, kDownMaxWarps) * kWarpSize);
   const bool vec_dn = pr.inter % kN == 0 && is_aligned(pr.down, 16) && is_aligned(pr.act, 16);
-  if (vec_dn) {
-    launch_pdl(moe_pair_down_kernel<T, kN>, dn_grid, dn_threads, 0, stream, p);
-  } else {
-    launch_pdl(moe_pair_down_kernel<T, 1>, dn_grid, dn_threads, 0, stream, p);
+  void (*down)(PairParams<T>) = vec_dn ? moe_pair_down_kernel<T, kN> : moe_pair_down_kernel<T, 1>;
+  if constexpr (sizeof(T) == 2) {
+    if (vec_dn && pr.hidden % kDownRows == 0 && kDownRows * pr.inter <= INT_MAX) {
+      down = moe_pair_down_whole_kernel;
+    }
   }
+  launch_pdl(down, dn_grid, dn_threads, 0, stream, p);
   return check_launch("moe_pair_down_kernel");
 }
 
