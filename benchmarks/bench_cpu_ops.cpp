@@ -117,16 +117,19 @@ void BM_LinearStream(benchmark::State& state, cpu::CpuIsa isa) {
 }
 
 // One thread summing the same bytes as BM_LinearStream reads, as 64-bit lanes of the widest
-// vectors this CPU has (AVX-512, else AVX2), four loads per step: the read bandwidth a
-// decode GEMV could reach on one core. (A scalar sum, which the compiler does not vectorise
-// far enough, reported ~26 GB/s where one Zen 4 core streams 40+.)
+// vectors this CPU has (AVX-512, else AVX2), in four streams side by side (the four quarters
+// of the matrix, as the M = 1 kernels read their rows): the read bandwidth a decode GEMV
+// could reach on one core. (A scalar sum, which the compiler does not vectorise far enough,
+// reported ~26 GB/s where one Zen 4 core streams 40+; one vector stream reads as much as
+// four on an idle machine, less when other cores load the memory.)
 __attribute__((target("avx512f"))) uint64_t sum_avx512(const uint8_t* p, size_t bytes) {
+  const size_t q = bytes / 4 / 64 * 64;
   __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
-  for (size_t i = 0; i + 256 <= bytes; i += 256) {
+  for (size_t i = 0; i < q; i += 64) {
     s0 = _mm512_add_epi64(s0, _mm512_loadu_si512(p + i));
-    s1 = _mm512_add_epi64(s1, _mm512_loadu_si512(p + i + 64));
-    s2 = _mm512_add_epi64(s2, _mm512_loadu_si512(p + i + 128));
-    s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(p + i + 192));
+    s1 = _mm512_add_epi64(s1, _mm512_loadu_si512(p + q + i));
+    s2 = _mm512_add_epi64(s2, _mm512_loadu_si512(p + 2 * q + i));
+    s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(p + 3 * q + i));
   }
   alignas(64) uint64_t lanes[8];
   _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
@@ -136,12 +139,13 @@ __attribute__((target("avx512f"))) uint64_t sum_avx512(const uint8_t* p, size_t 
 }
 
 __attribute__((target("avx2"))) uint64_t sum_avx2(const uint8_t* p, size_t bytes) {
+  const size_t q = bytes / 4 / 32 * 32;
   __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-  for (size_t i = 0; i + 128 <= bytes; i += 128) {
+  for (size_t i = 0; i < q; i += 32) {
     s0 = _mm256_add_epi64(s0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
-    s1 = _mm256_add_epi64(s1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    s2 = _mm256_add_epi64(s2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    s3 = _mm256_add_epi64(s3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+    s1 = _mm256_add_epi64(s1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + q + i)));
+    s2 = _mm256_add_epi64(s2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * q + i)));
+    s3 = _mm256_add_epi64(s3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 3 * q + i)));
   }
   alignas(32) uint64_t lanes[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
