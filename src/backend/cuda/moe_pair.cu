@@ -120,6 +120,29 @@ __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_kernel(PairP
   }
 }
 
+// The down kernels' fused combine, after their barrier: thread r < kDownRows sums output
+// row h0 + r's expert outputs y_s[slot][r] in slot order, weighted, in f32, adds the shared
+// expert's sigmoid-gated row and rounds out[t][h] once.
+template <typename T>
+__device__ __forceinline__ void combine_down_row(const PairParams<T>& p,
+                                                 const float (*y_s)[kDownRows], int t, int h0) {
+  const int r = threadIdx.x;
+  if (r >= kDownRows || h0 + r >= p.hidden) return;
+  const int64_t first_pair = static_cast<int64_t>(t) * p.top_k;
+  float acc = 0.0f;
+  for (int slot = 0; slot < p.top_k; ++slot) {
+    const int64_t e = p.ids[first_pair + slot];
+    if (e >= 0 && e < p.experts) acc += p.weights[first_pair + slot] * y_s[slot][r];
+  }
+  const int h = h0 + r;
+  if (p.shared != nullptr) {
+    const float g = p.gate_f32 ? static_cast<const float*>(p.gate)[t * p.gate_stride]
+                               : to_float(static_cast<const T*>(p.gate)[t * p.gate_stride]);
+    acc += 1.0f / (1.0f + expf(-g)) * to_float(p.shared[t * p.shared_stride + h]);
+  }
+  p.out[t * p.out_stride + h] = from_float<T>(acc);
+}
+
 // Block: one warp per slot (slots past kDownMaxWarps wrap around), kDownRows output rows.
 constexpr int kDownUnroll = 1;  // chunks of each row a lane keeps in flight
 template <typename T, int kN>
@@ -177,20 +200,7 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize) moe_pair_down_kernel
     }
   }
   __syncthreads();
-  const int r = threadIdx.x;
-  if (r >= kDownRows || h0 + r >= p.hidden) return;
-  float acc = 0.0f;
-  for (int slot = 0; slot < p.top_k; ++slot) {
-    const int64_t e = p.ids[first_pair + slot];
-    if (e >= 0 && e < p.experts) acc += p.weights[first_pair + slot] * y_s[slot][r];
-  }
-  const int h = h0 + r;
-  if (p.shared != nullptr) {
-    const float g = p.gate_f32 ? static_cast<const float*>(p.gate)[t * p.gate_stride]
-                               : to_float(static_cast<const T*>(p.gate)[t * p.gate_stride]);
-    acc += 1.0f / (1.0f + expf(-g)) * to_float(p.shared[t * p.shared_stride + h]);
-  }
-  p.out[t * p.out_stride + h] = from_float<T>(acc);
+  combine_down_row(p, y_s, t, h0);
 }
 
 // ---- BF16: more of each row in flight ------------------------------------------------------
@@ -328,20 +338,7 @@ __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloa
     }
   }
   __syncthreads();
-  const int r = threadIdx.x;
-  if (r >= kDownRows || h0 + r >= p.hidden) return;
-  float acc = 0.0f;
-  for (int slot = 0; slot < p.top_k; ++slot) {
-    const int64_t e = p.ids[first_pair + slot];
-    if (e >= 0 && e < p.experts) acc += p.weights[first_pair + slot] * y_s[slot][r];
-  }
-  const int h = h0 + r;
-  if (p.shared != nullptr) {
-    const float g = p.gate_f32 ? static_cast<const float*>(p.gate)[t * p.gate_stride]
-                               : to_float(static_cast<const T*>(p.gate)[t * p.gate_stride]);
-    acc += 1.0f / (1.0f + expf(-g)) * to_float(p.shared[t * p.shared_stride + h]);
-  }
-  p.out[t * p.out_stride + h] = from_float<T>(acc);
+  combine_down_row(p, y_s, t, h0);
 }
 
 template <typename T>
