@@ -164,6 +164,7 @@ Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& ex
     args.down = experts.down;
     args.shared_out = shared.out;
     args.shared_gate = shared.gate;
+    args.shared_last_slot = shared.in_last_slot;
     VLLM_ASSIGN_OR_RETURN(size_t bytes, cuda::moe_experts_scratch_bytes(x, topk_ids, args));
     VLLM_ASSIGN_OR_RETURN(Tensor scratch, ctx.alloc({static_cast<int64_t>(bytes)}, DType::kU8));
     return cuda::moe_experts(x, topk_weights, topk_ids, args, scratch, out, stream(ctx));

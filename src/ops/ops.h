@@ -154,6 +154,10 @@ struct MoeWeights {
 struct MoeSharedExpert {
   Tensor out;   // [T, H] in x's dtype; undefined: no shared expert
   Tensor gate;  // [T, 1] logits, F32 or x's dtype (row stride allowed)
+  // Instead of out: the shared expert is the stack's last expert, in every token's last slot
+  // (moe_route's shared_slot), and x comes from before the router. Lets CUDA start on that
+  // expert while the routing still runs (cuda::MoeExpertsArgs::shared_last_slot).
+  bool in_last_slot = false;
 };
 // out[t] = sum_i topk_weights[t, i] * expert_{topk_ids[t, i]}(x[t]) (+ the shared expert).
 Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& experts,

@@ -153,8 +153,12 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // each thread calls pdl_wait() before it reads anything an earlier kernel wrote or writes
 // anything an earlier kernel reads, and before it returns (so the kernel never completes
 // before the ones it follows, and the next kernel's pdl_wait() covers them all). Before
-// pdl_wait() a kernel may only read what no kernel writes (weights). Without the launch
-// attribute (VLLM_CUDA_PDL=0, other GPUs) both calls return at once.
+// pdl_wait() a kernel may only read what no kernel writes (weights), with one exception that
+// its caller must vouch for: data written by a kernel two or more launches back. Every kernel
+// calls pdl_launch_next() only after its own pdl_wait(), so when a kernel starts, all but the
+// one just before it have finished; such data is read through L2 (ld.global.cg), never from a
+// line an earlier kernel left in L1 (the per-pair MoE kernels' shared-expert slot). Without
+// the launch attribute (VLLM_CUDA_PDL=0, other GPUs) both calls return at once.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

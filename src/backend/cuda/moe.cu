@@ -120,31 +120,33 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(Route
   for (int j = 0; j < kRoutePerLane; ++j) {
     prob[j] = lane + j * kWarpSize < p.experts ? prob[j] * inv_sum : -1.0f;
   }
+  // Each round picks the largest probability left, the lower id on a tie (torch.topk and the
+  // CPU op): as unsigned keys (the bits of a probability >= 0, plus one; 0 for experts past E
+  // and those already picked) the largest key is the largest probability, and one warp
+  // reduction finds it, a second the lowest id holding it.
+  uint32_t key[kRoutePerLane];
+#pragma unroll
+  for (int j = 0; j < kRoutePerLane; ++j) {
+    key[j] = prob[j] >= 0.0f ? __float_as_uint(fabsf(prob[j])) + 1u : 0u;  // -0 as +0
+  }
   float picked_sum = 0.0f, my_weight = 0.0f;
   int my_id = 0;
   for (int i = 0; i < p.top_k; ++i) {
-    float best = -1.0f;
-    int best_e = INT_MAX;
+    uint32_t mine = 0;
 #pragma unroll
-    for (int j = 0; j < kRoutePerLane; ++j) {
-      if (prob[j] > best) {  // strict: the lower id of this lane wins a tie
-        best = prob[j];
-        best_e = lane + j * kWarpSize;
-      }
-    }
+    for (int j = 0; j < kRoutePerLane; ++j) mine = max(mine, key[j]);
+    const uint32_t top = __reduce_max_sync(0xffffffffu, mine);
+    uint32_t first = UINT_MAX;
 #pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
-      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
-      if (other > best || (other == best && other_e < best_e)) {
-        best = other;
-        best_e = other_e;
-      }
+    for (int j = kRoutePerLane - 1; j >= 0; --j) {
+      if (key[j] == top) first = static_cast<uint32_t>(lane + j * kWarpSize);
     }
+    const int best_e = static_cast<int>(__reduce_min_sync(0xffffffffu, first));
+    const float best = __uint_as_float(top - 1u);
     if (best_e % kWarpSize == lane) {
 #pragma unroll
       for (int j = 0; j < kRoutePerLane; ++j) {
-        if (j == best_e / kWarpSize) prob[j] = -1.0f;
+        if (j == best_e / kWarpSize) key[j] = 0u;
       }
     }
     if (lane == i) {
@@ -663,6 +665,7 @@ Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& to
     pa.out_stride = out_rows.row_stride;
     pa.experts = static_cast<int>(d.experts);
     pa.top_k = static_cast<int>(d.top_k);
+    pa.last_slot_ahead = args.shared_last_slot && d.tokens <= kMoeSharedAheadMaxTokens;
     return detail::launch_moe_pair_gemv(problem, pa, stream);
   }
   launch_pdl(moe_plan_kernel, 1, kPlanThreads, 0, stream,

@@ -68,6 +68,15 @@ __device__ __forceinline__ void stage(T* dst, const T* src, int n) {
   }
 }
 
+// The same for a block that runs before pdl_wait: x was written by a kernel that finished
+// before this one launched, so the loads go to L2 (ld.global.cg), where that kernel's writes
+// are, never to a line an earlier kernel left in this SM's L1.
+__device__ __forceinline__ void stage_from_l2(__nv_bfloat16* dst, const __nv_bfloat16* src, int n) {
+  for (int i = threadIdx.x; i < n / 8; i += kPairThreads) {
+    reinterpret_cast<int4*>(dst)[i] = __ldcg(reinterpret_cast<const int4*>(src) + i);
+  }
+}
+
 template <typename T, int kN>
 __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_kernel(PairParams<T> p) {
   pdl_wait();
@@ -229,16 +238,36 @@ __device__ __forceinline__ uint4 load_weight_chunk(const __nv_bfloat16* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
+// The pair of gate/up block y. With the last slot ahead, the blocks of every token's last
+// slot come first (y < tokens), so they are the ones resident while the kernel before runs.
+template <bool kAhead>
+__device__ __forceinline__ int gate_up_pair(const PairParams<__nv_bfloat16>& p, int y) {
+  if (!kAhead) return y;
+  const int tokens = static_cast<int>(gridDim.y) / p.top_k;
+  if (y < tokens) return y * p.top_k + p.top_k - 1;
+  const int routed = p.top_k - 1;  // >= 1 here: y >= tokens needs more than one slot
+  y -= tokens;
+  return y / routed * p.top_k + y % routed;
+}
+
+// kAhead (MoePairArgs::last_slot_ahead): a block of the last slot does all its work before
+// pdl_wait. Its expert is known without the routing that the kernel before writes, its x was
+// written before that kernel launched, and its act row is read only by the down kernel after
+// this one.
+template <bool kAhead>
 __global__ void __launch_bounds__(kPairThreads, 2)
     moe_pair_gate_up_whole_kernel(PairParams<__nv_bfloat16> p) {
   using T = __nv_bfloat16;
   constexpr int kN = 8;
-  pdl_wait();
-  pdl_launch_next();
   extern __shared__ __align__(16) unsigned char smem[];
   T* x = reinterpret_cast<T*>(smem);  // [H]: the pair's token row
-  const int pair = blockIdx.y;
-  const int64_t e = p.ids[pair];
+  const int pair = gate_up_pair<kAhead>(p, blockIdx.y);
+  const bool ahead = kAhead && pair % p.top_k == p.top_k - 1;
+  if (!ahead) {
+    pdl_wait();
+    pdl_launch_next();
+  }
+  const int64_t e = ahead ? p.experts - 1 : p.ids[pair];
   if (e < 0 || e >= p.experts) return;  // the whole block; the down kernel skips this pair
   const int col = blockIdx.x * kPairWarps + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -258,9 +287,17 @@ __global__ void __launch_bounds__(kPairThreads, 2)
       }
     }
     if (c0 == 0) {  // the first round's chunks are in flight while the block stages x
-      stage<T, kN>(x, p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx, p.hidden);
+      const T* row = p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx;
+      if (ahead) {
+        stage_from_l2(x, row, p.hidden);
+      } else {
+        stage<T, kN>(x, row, p.hidden);
+      }
       __syncthreads();
-      if (col >= p.inter) return;  // whole warps leave; no barrier below
+      if (col >= p.inter) {  // whole warps leave; no barrier below
+        if (ahead) pdl_wait();
+        return;
+      }
     }
 #pragma unroll
     for (int i = 0; i < kWholeGateUpChunks; ++i) {
@@ -277,6 +314,10 @@ __global__ void __launch_bounds__(kPairThreads, 2)
   if (lane == 0) {
     p.act[static_cast<int64_t>(pair) * p.inter + col] = from_float<T>(g / (1.0f + expf(-g)) * u);
   }
+  if (ahead) {  // the kernel must not finish before the ones it follows
+    pdl_wait();
+    pdl_launch_next();
+  }
 }
 
 // Down: kWholeDownUnroll chunks of each of the block's kDownRows rows a lane per round (512
@@ -286,11 +327,18 @@ __global__ void __launch_bounds__(kPairThreads, 2)
 // 16,384), so a batch-1 grid of 256 blocks is one wave.
 constexpr int kWholeDownUnroll = 2;
 
+// kAhead (MoePairArgs::last_slot_ahead): the warp of every token's last slot issues its
+// first round of weight loads before pdl_wait, its expert needing no routing. (pdl_wait
+// returns at once after the first time, so each round calls it rather than keeping a
+// register to know.)
+template <bool kAhead>
 __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloat16> p) {
   using T = __nv_bfloat16;
   constexpr int kN = 8;
-  pdl_wait();
-  pdl_launch_next();
+  if constexpr (!kAhead) {
+    pdl_wait();
+    pdl_launch_next();
+  }
   __shared__ float y_s[kMoePairMaxSlots][kDownRows];  // expert outputs, rounded to T
   const int t = blockIdx.y;
   const int h0 = blockIdx.x * kDownRows;
@@ -300,7 +348,9 @@ __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloa
   const int64_t first_pair = static_cast<int64_t>(t) * p.top_k;
   const int chunks = p.inter / kN;
   for (int slot = warp; slot < p.top_k; slot += warps) {
-    const int64_t e = p.ids[first_pair + slot];
+    const bool ahead = kAhead && slot == p.top_k - 1;
+    if (kAhead && !ahead) pdl_wait();
+    const int64_t e = ahead ? p.experts - 1 : p.ids[first_pair + slot];
     const bool use = e >= 0 && e < p.experts;
     const T* base = p.down + (use ? e : 0) * p.hidden * static_cast<int64_t>(p.inter);
     const T* act = p.act + (first_pair + slot) * p.inter;
@@ -319,7 +369,15 @@ __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloa
 #pragma unroll
             for (int r = 0; r < kDownRows; ++r)
               w[r][i] = load_weight_chunk(rows + r * p.inter + ci * kN);
-            a[i] = *reinterpret_cast<const uint4*>(act + int64_t{ci} * kN);
+            if constexpr (!kAhead) a[i] = *reinterpret_cast<const uint4*>(act + int64_t{ci} * kN);
+          }
+        }
+        if constexpr (kAhead) {
+          pdl_wait();  // act is the gate/up kernel's
+#pragma unroll
+          for (int i = 0; i < kWholeDownUnroll; ++i) {
+            const int ci = c + i * kWarpSize;
+            if (ci < chunks) a[i] = *reinterpret_cast<const uint4*>(act + int64_t{ci} * kN);
           }
         }
 #pragma unroll
@@ -336,6 +394,10 @@ __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloa
       const float y = to_float(from_float<T>(warp_sum(dot[r])));  // the expert output
       if (lane == r) y_s[slot][r] = y;
     }
+  }
+  if constexpr (kAhead) {
+    pdl_wait();
+    pdl_launch_next();
   }
   __syncthreads();
   combine_down_row(p, y_s, t, h0);
@@ -372,7 +434,10 @@ Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stre
   const size_t x_smem = static_cast<size_t>(pr.hidden) * sizeof(T);
   void (*gate_up)(PairParams<T>) = moe_pair_gate_up_kernel<T, 1>;
   if constexpr (sizeof(T) == 2) {
-    if (vec_gu) gate_up = moe_pair_gate_up_whole_kernel;
+    if (vec_gu) {
+      gate_up = a.last_slot_ahead ? moe_pair_gate_up_whole_kernel<true>
+                                  : moe_pair_gate_up_whole_kernel<false>;
+    }
   } else {
     if (vec_gu) gate_up = moe_pair_gate_up_kernel<T, kN>;
   }
@@ -386,7 +451,8 @@ Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stre
   void (*down)(PairParams<T>) = vec_dn ? moe_pair_down_kernel<T, kN> : moe_pair_down_kernel<T, 1>;
   if constexpr (sizeof(T) == 2) {
     if (vec_dn && pr.hidden % kDownRows == 0 && kDownRows * pr.inter <= INT_MAX) {
-      down = moe_pair_down_whole_kernel;
+      down =
+          a.last_slot_ahead ? moe_pair_down_whole_kernel<true> : moe_pair_down_whole_kernel<false>;
     }
   }
   launch_pdl(down, dn_grid, dn_threads, 0, stream, p);

@@ -71,6 +71,9 @@ struct MoePairArgs {
   int64_t out_stride = 0;
   int experts = 0;
   int top_k = 0;
+  // Every token's last slot is expert experts - 1 (MoeExpertsArgs::shared_last_slot): the
+  // BF16 kernels start on it before pdl_wait.
+  bool last_slot_ahead = false;
 };
 // Shared memory of the gate/up kernel: one token's row of x.
 size_t moe_pair_smem_bytes(DType dtype, int64_t hidden);

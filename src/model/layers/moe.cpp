@@ -309,6 +309,7 @@ Status MoeLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) c
   const int64_t tokens = x.size(0), experts = spec_.num_experts;
   VLLM_ASSIGN_OR_RETURN(Routing r, route(ctx, x));
   ops::MoeSharedExpert shared;  // the shared expert, unless it runs as expert E
+  shared.in_last_slot = r.shared_slot;
   if (shared_.loaded() && !r.shared_slot) {
     VLLM_ASSIGN_OR_RETURN(shared.out, ctx.act({tokens, spec_.hidden_size}));
     VLLM_RETURN_IF_ERROR(shared_.forward(ctx, x, shared.out));
