@@ -68,6 +68,31 @@ Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual, c
   return unsupported("fused_add_rms_norm", x);
 }
 
+bool add_rms_norm_linear_fits(const ExecContext& ctx, const Tensor& x, const Tensor& norm_weight,
+                              const Tensor& weight) {
+#if VLLM_WITH_CUDA
+  return x.defined() && x.device().is_cuda() && ctx.blas != nullptr && norm_weight.defined() &&
+         norm_weight.dtype() == DType::kBF16 && cuda::add_rms_norm_linear_fits(x, weight);
+#else
+  (void)ctx, (void)x, (void)norm_weight, (void)weight;
+  return false;
+#endif
+}
+
+Status add_rms_norm_linear(const ExecContext& ctx, const Tensor& x, const Tensor& residual,
+                           const Tensor& norm_weight, float eps, bool unit_offset,
+                           const Tensor& weight, Tensor& residual_out, Tensor& normed,
+                           Tensor& out) {
+  VLLM_PROFILE_SCOPE("add_rms_norm_linear");
+#if VLLM_WITH_CUDA
+  if (out.device().is_cuda()) {
+    return cuda::add_rms_norm_linear(x, residual, norm_weight, eps, unit_offset, weight,
+                                     residual_out, normed, out, stream(ctx));
+  }
+#endif
+  return unsupported("add_rms_norm_linear", out);
+}
+
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src) {
   VLLM_PROFILE_SCOPE("add_inplace");
   if (dst.device().is_cpu()) return cpu::add_inplace(dst, src);

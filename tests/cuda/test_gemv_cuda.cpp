@@ -21,6 +21,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/gemm.cuh"
+#include "backend/cuda/norm.cuh"
 #include "cuda_device_util.h"
 #include "cuda_test_util.h"
 
@@ -325,6 +326,92 @@ TEST_F(GemvCuda, RejectsBadArguments) {
   Status s = cuda::gemv(random_tensor({4, 64}, kBF16, rng_, 0.0f, 1.0f), w, Tensor(), out,
                         nullptr);  // x on the CPU
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+}
+
+// cuda::add_rms_norm_linear against the two launches it replaces (fused_add_rms_norm, then
+// gemv on its output): at hidden 2048 the same threads add the same squares in the same order,
+// so residual_out, normed and out are the same bits; at 3072 (three chunks to a norm thread's
+// two) within rounding. The router's shape: 257 outputs (256 experts and the shared gate).
+TEST_F(GemvCuda, AddRmsNormLinearMatchesTheNormThenTheGemv) {
+  struct Case {
+    int64_t m, k;
+    bool unit_offset;
+    bool bitwise;
+  };
+  const int64_t n = 257;
+  for (const Case c : {Case{1, 2048, true, true}, Case{2, 2048, false, true},
+                       Case{1, 3072, true, false}, Case{2, 3072, true, false}}) {
+    SCOPED_TRACE(fmt::format("m {} k {}", c.m, c.k));
+    const Tensor x_host = random_tensor({c.m, c.k}, kBF16, rng_, 0.0f, 1.0f);
+    const Tensor residual_host = random_tensor({c.m, c.k}, kF32, rng_, 0.0f, 4.0f);
+    const Tensor x = to_device(x_host), residual = to_device(residual_host);
+    const Tensor norm_w = to_device(random_tensor({c.k}, kBF16, rng_, 0.0f, 0.5f));
+    const Tensor w = to_device(random_tensor({n, c.k}, kBF16, rng_, 0.0f, 0.05f));
+    ASSERT_TRUE(cuda::add_rms_norm_linear_fits(x, w));
+    Tensor residual_out = to_device(cuda_test::fill_nan({c.m, c.k}, kF32));
+    Tensor normed = to_device(cuda_test::fill_nan({c.m, c.k}, kBF16));
+    Tensor out = to_device(cuda_test::fill_nan({c.m, n}, kF32));
+    Status s = cuda::add_rms_norm_linear(x, residual, norm_w, 1e-6f, c.unit_offset, w, residual_out,
+                                         normed, out, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+
+    Tensor ref_x = to_device(x_host), ref_residual = to_device(residual_host);
+    ASSERT_TRUE(cuda::fused_add_rms_norm(ref_x, ref_residual, norm_w, 1e-6f, c.unit_offset, nullptr)
+                    .is_ok());
+    Tensor ref_out = to_device(Tensor::empty({c.m, n}, kF32));
+    ASSERT_TRUE(cuda::gemv(ref_x, w, Tensor(), ref_out, nullptr).is_ok());
+    const Tensor got_res = cuda_test::to_host_f32(residual_out);
+    EXPECT_TRUE(cuda_test::same_values(got_res, cuda_test::to_host_f32(ref_residual)));
+    if (c.bitwise) {
+      EXPECT_TRUE(
+          cuda_test::same_values(cuda_test::to_host_f32(normed), cuda_test::to_host_f32(ref_x)));
+      EXPECT_TRUE(
+          cuda_test::same_values(cuda_test::to_host_f32(out), cuda_test::to_host_f32(ref_out)));
+    } else {
+      EXPECT_TRUE(relative_l2(cuda_test::to_host_f32(normed), cuda_test::to_host_f32(ref_x), 1e-2));
+      EXPECT_TRUE(relative_l2(cuda_test::to_host_f32(out), cuda_test::to_host_f32(ref_out), 1e-2));
+    }
+  }
+}
+
+TEST_F(GemvCuda, AddRmsNormLinearRefusesWhatItCannotRun) {
+  const int64_t m = 2, k = 2048, n = 257;
+  const Tensor x = to_device(random_tensor({m, k}, kBF16, rng_, 0.0f, 1.0f));
+  const Tensor residual = to_device(random_tensor({m, k}, kF32, rng_, 0.0f, 1.0f));
+  const Tensor norm_w = to_device(random_tensor({k}, kBF16, rng_, 0.0f, 0.5f));
+  const Tensor w = to_device(random_tensor({n, k}, kBF16, rng_, 0.0f, 0.05f));
+  Tensor residual_out = to_device(Tensor::empty({m, k}, kF32));
+  Tensor normed = to_device(Tensor::empty({m, k}, kBF16));
+  Tensor out = to_device(Tensor::empty({m, n}, kF32));
+  // Three rows, a wide product (8-warp blocks) and too short a row are not sizes it takes.
+  EXPECT_FALSE(
+      cuda::add_rms_norm_linear_fits(to_device(random_tensor({3, k}, kBF16, rng_, 0.0f, 1.0f)), w));
+  const Tensor wide = to_device(random_tensor({4096, k}, kBF16, rng_, 0.0f, 0.05f));
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x, wide));
+  Tensor wide_out = to_device(Tensor::empty({m, 4096}, kF32));
+  Status s = cuda::add_rms_norm_linear(x, residual, norm_w, 1e-6f, true, wide, residual_out, normed,
+                                       wide_out, nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
+  const Tensor x_short = to_device(random_tensor({m, 1024}, kBF16, rng_, 0.0f, 1.0f));
+  const Tensor w_short = to_device(random_tensor({n, 1024}, kBF16, rng_, 0.0f, 0.05f));
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x_short, w_short));
+  // In place is refused: every block reads x and residual whole.
+  Tensor residual_alias = residual;
+  s = cuda::add_rms_norm_linear(x, residual, norm_w, 1e-6f, true, w, residual_alias, normed, out,
+                                nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("overlaps"), std::string::npos) << s.message();
+  // Wrong dtypes and shapes are named.
+  Tensor normed_f32 = to_device(Tensor::empty({m, k}, kF32));
+  s = cuda::add_rms_norm_linear(x, residual, norm_w, 1e-6f, true, w, residual_out, normed_f32, out,
+                                nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("normed"), std::string::npos) << s.message();
+  const Tensor norm_short = to_device(random_tensor({k - 8}, kBF16, rng_, 0.0f, 0.5f));
+  s = cuda::add_rms_norm_linear(x, residual, norm_short, 1e-6f, true, w, residual_out, normed, out,
+                                nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("norm_weight"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -250,7 +250,7 @@ struct BlasContext::Impl {
   size_t workspace_bytes = 0;
   PlanCache plans;
   int64_t gemv_max_rows = kGemvCrossoverRows;
-  bool gemv_narrow = true;  // narrow outputs take the GEMV (kGemvNarrowMaxN)
+  bool gemv_narrow = true;     // narrow outputs take the GEMV (kGemvNarrowMaxN)
   void* fp8_buffer = nullptr;  // linear_fp8's dequantized weight
   size_t fp8_buffer_bytes = 0;
 
@@ -477,8 +477,8 @@ Status linear_impl(BlasContext& blas, const Tensor& x, const Tensor& weight, con
     return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, M, N, /*accumulate=*/false,
                     stream);
   }
-  if (!weight_written_before &&
-      (M <= impl.gemv_max_rows || (impl.gemv_narrow && M <= kGemvMaxRows && N <= kGemvNarrowMaxN))) {
+  if (!weight_written_before && (M <= impl.gemv_max_rows ||
+                                 (impl.gemv_narrow && M <= kGemvMaxRows && N <= kGemvNarrowMaxN))) {
     return detail::launch_gemv(p, stream);
   }
 
@@ -546,6 +546,95 @@ Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& o
                     /*accumulate=*/false, stream);
   }
   return detail::launch_gemv(p, stream);
+}
+
+bool add_rms_norm_linear_fits(const Tensor& x, const Tensor& weight) {
+  if (!x.defined() || !weight.defined() || !x.device().is_cuda() || x.ndim() != 2 ||
+      weight.ndim() != 2 || x.dtype() != DType::kBF16 || weight.dtype() != DType::kBF16) {
+    return false;
+  }
+  return detail::gemv_norm_fits(x.size(0), weight.size(0), x.size(1),
+                                multiprocessor_count(x.device().index));
+}
+
+namespace {
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* a0 = static_cast<const char*>(a.data_ptr());
+  const auto* b0 = static_cast<const char*>(b.data_ptr());
+  // The spans from each view's first to one past its last element.
+  const auto span = [](const Tensor& t) {
+    int64_t last = 0;
+    for (int64_t d = 0; d < t.ndim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+    return static_cast<size_t>(last + 1) * dtype_size(t.dtype());
+  };
+  return a0 < b0 + span(b) && b0 < a0 + span(a);
+}
+
+}  // namespace
+
+Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
+                           float eps, bool unit_offset, const Tensor& weight, Tensor& residual_out,
+                           Tensor& normed, Tensor& out, cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::add_rms_norm_linear";
+  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, weight, Tensor(), out));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "x", x, {DType::kBF16}));
+  const int64_t M = p.m, K = p.k;
+  for (auto [name, t] : {std::pair<std::string_view, const Tensor*>{"residual", &residual},
+                         {"residual_out", &residual_out}}) {
+    VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, name, *t, x));
+    VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, name, *t, {DType::kF32}));
+    if (t->shape() != x.shape()) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: {} is {}, expected [{}, {}]", kOp, name,
+                        t->to_string(), M, K);
+    }
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "normed", normed, x));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "normed", normed, {DType::kBF16}));
+  if (normed.shape() != x.shape()) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: normed is {}, expected [{}, {}]", kOp,
+                      normed.to_string(), M, K);
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "norm_weight", norm_weight, x));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "norm_weight", norm_weight, {DType::kBF16}));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "norm_weight", norm_weight));
+  if (norm_weight.ndim() != 1 || norm_weight.size(0) != K) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: norm_weight is {}, expected [{}]", kOp,
+                      norm_weight.to_string(), K);
+  }
+  if (M == 0 || p.n == 0) return Status::ok();
+  VLLM_ASSIGN_OR_RETURN(detail::Rows res, detail::as_rows(kOp, "residual", residual));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows res_out, detail::as_rows(kOp, "residual_out", residual_out));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows nrm, detail::as_rows(kOp, "normed", normed));
+  for (auto [name, t] : {std::pair<std::string_view, const Tensor*>{"residual_out", &residual_out},
+                         {"normed", &normed}}) {
+    if (overlaps(*t, x) || overlaps(*t, residual)) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "{}: {} overlaps x or residual (every block reads them whole)", kOp, name);
+    }
+  }
+  if (overlaps(residual_out, normed)) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: residual_out overlaps normed", kOp);
+  }
+  if (!add_rms_norm_linear_fits(x, weight)) {
+    return make_error(ErrorCode::kUnsupported,
+                      "{}: [{}, {}] x [{}, {}]^T is not a size the fused GEMV takes "
+                      "(add_rms_norm_linear_fits)",
+                      kOp, M, K, p.n, K);
+  }
+  detail::GemvNormProblem np;
+  np.residual = static_cast<const float*>(res.data);
+  np.ld_residual = res.row_stride;
+  np.residual_out = static_cast<float*>(res_out.data);
+  np.ld_residual_out = res_out.row_stride;
+  np.weight = norm_weight.data_ptr();
+  np.normed = nrm.data;
+  np.ld_normed = nrm.row_stride;
+  np.eps = eps;
+  np.unit_offset = unit_offset;
+  DeviceGuard guard(x.device());
+  VLLM_RETURN_IF_ERROR(guard.status());
+  return detail::launch_gemv_norm(p, np, stream);
 }
 
 Status linear_fp8(BlasContext& blas, const Tensor& x, const LinearWeight& weight,

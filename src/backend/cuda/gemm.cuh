@@ -80,6 +80,19 @@ Status linear(BlasContext& blas, const Tensor& x, const Tensor& weight, const Te
 Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& out,
             cudaStream_t stream);
 
+// residual_out = residual + x (F32), normed = residual_out / rms(residual_out) *
+// (norm_weight (+ 1 with unit_offset)) rounded to BF16 (fused_add_rms_norm's numbers, norm.cuh),
+// out = normed @ weight^T (linear()'s): one launch of the batched GEMV, which normalises x in
+// every block before its product. x BF16 [M, K] (row stride allowed), residual and
+// residual_out F32 [M, K], norm_weight BF16 [K], weight BF16 [N, K], normed BF16 [M, K], out
+// [M, N] BF16 or F32; residual_out and normed must not overlap x, residual or each other.
+// Only the sizes add_rms_norm_linear_fits() accepts (narrow products of 1 or 2 rows: the
+// MoE router at decode); others are kUnsupported, for the caller to run the two ops.
+bool add_rms_norm_linear_fits(const Tensor& x, const Tensor& weight);
+Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
+                           float eps, bool unit_offset, const Tensor& weight, Tensor& residual_out,
+                           Tensor& normed, Tensor& out, cudaStream_t stream);
+
 // linear() with a block-scaled FP8 weight (W8A16): x F32 or BF16 [M, K], weight F8_E4M3
 // [N, K] with its F32 scales, all on the context's device; out as linear(). Up to
 // kFp8GemvMaxRows rows (gemv_fp8.cuh) the FP8 GEMV reads the e4m3 weight directly; larger M

@@ -71,6 +71,23 @@ struct GemvParams {
   int m, n, k;
 };
 
+// The residual add and RMSNorm that the BF16 kernel can run before its product (kNorm):
+// residual_out = residual + x in F32, normed = residual_out / rms * (weight (+ 1)) in BF16,
+// and the product reads normed. Every block computes normed for itself; block 0 stores it and
+// residual_out. The rounding is rms_norm_kernel's (norm.cu): F32 sums of each thread's 8
+// squares in order, a warp shuffle tree, then one across the warps.
+struct GemvNorm {
+  const float* residual;  // [m, k] at ld_residual
+  int64_t ld_residual;
+  float* residual_out;  // [m, k] at ld_residual_out
+  int64_t ld_residual_out;
+  const __nv_bfloat16* weight;  // [k]
+  __nv_bfloat16* normed;        // [m, k] at ld_normed
+  int64_t ld_normed;
+  float eps;
+  bool unit_offset;
+};
+
 // 16 bytes of x, which every block reads: a coherent load (an earlier kernel wrote x; see
 // pdl_wait in common.cuh), cached in L1.
 __device__ __forceinline__ uint4 load_input16(const void* p) {
@@ -106,18 +123,84 @@ __device__ __forceinline__ void store_out(const GemvParams& p, int m, int64_t n,
   }
 }
 
+// The sum of v over the block, in every thread. scratch: 32 floats of shared memory.
+__device__ __forceinline__ float gemv_block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = lane < static_cast<int>(blockDim.x / kWarpSize) ? scratch[lane] : 0.0f;
+  total = warp_sum(total);
+  __syncthreads();  // scratch is free again
+  return total;
+}
+
+// GemvNorm's prologue, by every thread of the block (launch_gemv_norm: k / 8 <= threads, k a
+// multiple of 8, 16-byte aligned rows): the m normalised rows of x into xs [m, k].
+__device__ void gemv_norm_prologue(const GemvParams& p, const GemvNorm& nrm, uint16_t* xs,
+                                   float* scratch) {
+  const int i = threadIdx.x;  // this thread's 8 columns [8 i, 8 i + 8)
+  const bool mine = 8 * i < p.k;
+  for (int m = 0; m < p.m; ++m) {
+    float v[8];
+    float sum = 0.0f;
+    if (mine) {
+      const uint4 xv = load_input16(static_cast<const uint16_t*>(p.x) + m * p.ldx + 8 * i);
+      const float4* r = reinterpret_cast<const float4*>(nrm.residual + m * nrm.ld_residual + 8 * i);
+      const float4 r0 = r[0], r1 = r[1];
+      const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+      const float rs[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t bits = e % 2 == 0 ? xw[e / 2] << 16 : xw[e / 2] & 0xffff0000u;
+        v[e] = __uint_as_float(bits) + rs[e];
+      }
+      float s = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s += v[e] * v[e];
+      sum = s;
+    }
+    const float inv_rms = 1.0f / sqrtf(gemv_block_sum(sum, scratch) / p.k + nrm.eps);
+    if (mine) {
+      const uint4 wv = load_weight16(nrm.weight + 8 * i);
+      const uint32_t ww[4] = {wv.x, wv.y, wv.z, wv.w};
+      uint32_t y[4];
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        float f0 = __uint_as_float(ww[e / 2] << 16), f1 = __uint_as_float(ww[e / 2] & 0xffff0000u);
+        if (nrm.unit_offset) {
+          f0 += 1.0f;
+          f1 += 1.0f;
+        }
+        const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(v[e] * inv_rms * f0));
+        const uint32_t hi = __bfloat16_as_ushort(__float2bfloat16_rn(v[e + 1] * inv_rms * f1));
+        y[e / 2] = lo | (hi << 16);
+      }
+      const uint4 yv = make_uint4(y[0], y[1], y[2], y[3]);
+      *reinterpret_cast<uint4*>(xs + m * p.k + 8 * i) = yv;
+      if (blockIdx.x == 0) {
+        *reinterpret_cast<uint4*>(nrm.normed + m * nrm.ld_normed + 8 * i) = yv;
+        float4* ro = reinterpret_cast<float4*>(nrm.residual_out + m * nrm.ld_residual_out + 8 * i);
+        ro[0] = make_float4(v[0], v[1], v[2], v[3]);
+        ro[1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
+    }
+  }
+  __syncthreads();  // xs is whole
+}
+
 // Blocks of 8 warps resident per SM that the register budget must allow: 3 (<= 80 registers)
 // where ptxas then needs no spills, else 2 (<= 128). Unbounded, ptxas picks anywhere from 40
 // registers with spills to 110. Blocks of 16 warps serve outputs of at most one block per SM:
 // one.
 template <int kNTiles, int kRowTiles, bool kVec, int kWarps>
-constexpr int kMinBlocks =
-    kWarps > kBlockWarps ? 1 : (!kVec || kNTiles * kRowTiles < 4 ? 3 : 2);
+constexpr int kMinBlocks = kWarps > kBlockWarps ? 1 : (!kVec || kNTiles * kRowTiles < 4 ? 3 : 2);
 
 // kNTiles: n8 tiles of x rows (M <= 8 * kNTiles); kRowTiles: 16-row weight tiles per block.
-template <int kNTiles, int kRowTiles, bool kVec, int kWarps>
+// kNorm: the GemvNorm prologue first (kVec only; every warp has steps: launch_gemv_norm).
+template <int kNTiles, int kRowTiles, bool kVec, int kWarps, bool kNorm = false>
 __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTiles, kVec, kWarps>))
-    gemv_bf16_kernel(GemvParams p) {
+    gemv_bf16_kernel(GemvParams p, GemvNorm nrm) {
   // Weights are read before pdl_wait (their first loads overlap the previous kernel), x after.
   // The element-wise path issues 16 loads per chunk anyway: one step per iteration.
   constexpr int kSteps = kVec ? kStepLoads / kRowTiles : 1;
@@ -160,6 +243,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
     }
   }
 
+  // Shared memory: the warps' partial sums (the ending), then with kNorm the normalised x.
+  extern __shared__ __align__(16) unsigned char gemv_smem[];
+  float* partial = reinterpret_cast<float*>(gemv_smem);
+  uint16_t* xs = reinterpret_cast<uint16_t*>(partial + warps * kAcc * kWarpSize);
+  __shared__ float norm_scratch[kNorm ? kWarpSize : 1];
+
   const int steps = static_cast<int>(ceil_div(p.k, kStepK));
   bool waited = false;
   for (int s0 = warp * kSteps; s0 < steps; s0 += warps * kSteps) {  // warp-uniform
@@ -178,13 +267,20 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
       pdl_wait();
       pdl_launch_next();
       waited = true;
+      if constexpr (kNorm) gemv_norm_prologue(p, nrm, xs, norm_scratch);
     }
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
       const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepK + 8 * t;
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
-        b[u][j] = has_x[j] ? load_chunk8<kVec, false>(xrow[j], k0, p.k) : make_uint4(0, 0, 0, 0);
+        if constexpr (kNorm) {
+          b[u][j] = has_x[j] && k0 < static_cast<uint32_t>(p.k)
+                        ? *reinterpret_cast<const uint4*>(xs + (8 * j + g) * p.k + k0)
+                        : make_uint4(0, 0, 0, 0);
+        } else {
+          b[u][j] = has_x[j] ? load_chunk8<kVec, false>(xrow[j], k0, p.k) : make_uint4(0, 0, 0, 0);
+        }
       }
     }
 #pragma unroll
@@ -212,8 +308,6 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
   }
 
   // partial[warp][e], e = ((r * kNTiles + j) * 4 + i) * 32 + lane.
-  extern __shared__ __align__(16) unsigned char gemv_smem[];
-  float* partial = reinterpret_cast<float*>(gemv_smem);
 #pragma unroll
   for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
@@ -242,7 +336,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
 
 // kN: elements per load, 4 (16 bytes) or 1.
 template <int kN>
-__global__ void __launch_bounds__(kF32Warps* kWarpSize) gemv_f32_kernel(GemvParams p) {
+__global__ void __launch_bounds__(kF32Warps* kWarpSize) gemv_f32_kernel(GemvParams p, GemvNorm) {
   pdl_wait();
   pdl_launch_next();
   const int lane = threadIdx.x % kWarpSize;
@@ -328,15 +422,15 @@ __global__ void __launch_bounds__(kF32Warps* kWarpSize) gemv_f32_kernel(GemvPara
 
 template <typename Kernel>
 Status run(Kernel kernel, const char* name, int64_t blocks, int threads, size_t smem_bytes,
-           const GemvParams& p, cudaStream_t stream) {
+           const GemvParams& p, cudaStream_t stream, const GemvNorm& nrm = GemvNorm{}) {
   const dim3 grid(static_cast<unsigned>(blocks));
 #if defined(VLLM_CUDA_EMULATION)
   (void)name;
   (void)stream;
-  emu::launch(grid, static_cast<unsigned>(threads), gemv_smem, smem_bytes, [&] { kernel(p); });
+  emu::launch(grid, static_cast<unsigned>(threads), gemv_smem, smem_bytes, [&] { kernel(p, nrm); });
   return Status::ok();
 #else
-  launch_pdl(kernel, grid, threads, smem_bytes, stream, p);
+  launch_pdl(kernel, grid, threads, smem_bytes, stream, p, nrm);
   return check_launch(name);
 #endif
 }
@@ -362,7 +456,72 @@ Status launch_bf16_rows(const GemvParams& p, bool vec, const GemvLaunch& launch,
   return launch_bf16<kNTiles, 1, true>(p, launch.warps, stream);
 }
 
+// Shared memory of the fused-norm launch: the partial sums of `warps` warps and x [m, k].
+size_t norm_smem_bytes(int64_t m, int64_t k, int warps) {
+  return static_cast<size_t>(warps) * 4 * kWarpSize * sizeof(float) +
+         static_cast<size_t>(m * k) * sizeof(uint16_t);
+}
+
 }  // namespace
+
+bool gemv_norm_fits(int64_t m, int64_t n, int64_t k, int sm_count) {
+  const GemvLaunch launch = choose_gemv_launch(n, sm_count);
+  const int64_t threads = int64_t{launch.warps} * kWarpSize;
+  // Narrow outputs (16-row blocks of 16 warps: the MoE router), every thread at most one
+  // 8-column chunk of a row, every warp at least one round of steps (the prologue's barriers
+  // are in the first), x in the 48 KB of shared memory a launch gets without opting in. (With
+  // 8-warp blocks, three to an SM, ptxas spills the prologue.) At most kGemvNormMaxRows rows:
+  // the prologue normalises one row after another, an L2 round trip and two barriers each.
+  return launch.rows_per_block == kTileRows && launch.warps == kWideBlockWarps && m >= 1 &&
+         m <= kGemvNormMaxRows && k % 8 == 0 && k / 8 <= threads &&
+         k >= int64_t{kStepK} * kStepLoads * launch.warps &&
+         norm_smem_bytes(m, k, launch.warps) <= 48 * 1024 && n <= 0x7fffffff;
+}
+
+Status launch_gemv_norm(const GemvProblem& pr, const GemvNormProblem& norm, cudaStream_t stream) {
+  const int sms = multiprocessor_count(pr.device);
+  if (pr.dtype != DType::kBF16 || !gemv_norm_fits(pr.m, pr.n, pr.k, sms)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "gemv: the fused RMSNorm takes BF16 [m, k] products that "
+                      "gemv_norm_fits() accepts (got {} [{}, {}] x [{}, {}]^T)",
+                      dtype_name(pr.dtype), pr.m, pr.k, pr.n, pr.k);
+  }
+  const bool aligned = is_aligned(pr.x, 16) && is_aligned(pr.weight, 16) &&
+                       (static_cast<size_t>(pr.ldx) * 2) % 16 == 0 &&
+                       is_aligned(norm.residual, 16) && norm.ld_residual % 4 == 0 &&
+                       is_aligned(norm.residual_out, 16) && norm.ld_residual_out % 4 == 0 &&
+                       is_aligned(norm.weight, 16) && is_aligned(norm.normed, 16) &&
+                       norm.ld_normed % 8 == 0;
+  if (!aligned) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "gemv: the fused RMSNorm needs 16-byte aligned rows of x, the residuals, "
+                      "the norm weight and normed");
+  }
+  GemvParams p{};
+  p.x = pr.x;
+  p.ldx = pr.ldx;
+  p.weight = pr.weight;
+  p.bias = ParamVec{pr.bias, pr.bias_dtype};
+  p.out = pr.out;
+  p.ldo = pr.ldo;
+  p.out_f32 = pr.out_dtype == DType::kF32;
+  p.m = static_cast<int>(pr.m);
+  p.n = static_cast<int>(pr.n);
+  p.k = static_cast<int>(pr.k);
+  GemvNorm nrm{};
+  nrm.residual = norm.residual;
+  nrm.ld_residual = norm.ld_residual;
+  nrm.residual_out = norm.residual_out;
+  nrm.ld_residual_out = norm.ld_residual_out;
+  nrm.weight = static_cast<const __nv_bfloat16*>(norm.weight);
+  nrm.normed = static_cast<__nv_bfloat16*>(norm.normed);
+  nrm.ld_normed = norm.ld_normed;
+  nrm.eps = norm.eps;
+  nrm.unit_offset = norm.unit_offset;
+  const size_t smem = norm_smem_bytes(pr.m, pr.k, kWideBlockWarps);
+  return run(gemv_bf16_kernel<1, 1, true, kWideBlockWarps, true>, "gemv_bf16_norm_kernel",
+             ceil_div(p.n, kTileRows), kWideBlockWarps * kWarpSize, smem, p, stream, nrm);
+}
 
 GemvLaunch choose_gemv_launch(int64_t n, int sm_count) {
   // Every block reads all of x (from L2 or L1), so 32-row blocks halve that traffic (at M = 16

@@ -291,23 +291,49 @@ Status MoeLayer::put_mlp(WeightSource& w, const std::string& x, int64_t slot,
 }
 
 Expected<MoeLayer::Routing> MoeLayer::route(const ExecContext& ctx, const Tensor& x) const {
-  const int64_t tokens = x.size(0), experts = spec_.num_experts, k = spec_.top_k;
+  VLLM_ASSIGN_OR_RETURN(Tensor logits, ctx.alloc({x.size(0), router_.size(0)}, DType::kF32));
+  VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, router_, Tensor(), logits));
+  return route_logits(ctx, std::move(logits));
+}
+
+Expected<MoeLayer::Routing> MoeLayer::route_logits(const ExecContext& ctx, Tensor logits) const {
+  const int64_t tokens = logits.size(0), experts = spec_.num_experts, k = spec_.top_k;
   Routing r;
-  VLLM_ASSIGN_OR_RETURN(r.logits, ctx.alloc({tokens, router_.size(0)}, DType::kF32));
-  VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, router_, Tensor(), r.logits));
+  r.logits = std::move(logits);
   r.shared_slot = shared_slot(tokens);
   const int64_t slots = k + (r.shared_slot ? 1 : 0);
   VLLM_ASSIGN_OR_RETURN(r.topk_weights, ctx.alloc({tokens, slots}, DType::kF32));
   VLLM_ASSIGN_OR_RETURN(r.topk_ids, ctx.alloc({tokens, slots}, DType::kI64));
-  const Tensor logits = r.shared_slot ? r.logits : r.logits.slice(1, 0, experts);
+  const Tensor routed = r.shared_slot ? r.logits : r.logits.slice(1, 0, experts);
   VLLM_RETURN_IF_ERROR(
-      ops::moe_route(ctx, logits, k, spec_.renormalize, r.topk_weights, r.topk_ids, r.shared_slot));
+      ops::moe_route(ctx, routed, k, spec_.renormalize, r.topk_weights, r.topk_ids, r.shared_slot));
   return r;
 }
 
 Status MoeLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const {
-  const int64_t tokens = x.size(0), experts = spec_.num_experts;
   VLLM_ASSIGN_OR_RETURN(Routing r, route(ctx, x));
+  return experts_forward(ctx, x, r, out);
+}
+
+bool MoeLayer::fuses_norm(const ExecContext& ctx, const Tensor& x,
+                          const Tensor& norm_weight) const {
+  return ops::add_rms_norm_linear_fits(ctx, x, norm_weight, router_);
+}
+
+Status MoeLayer::forward_add_norm(const ExecContext& ctx, const Tensor& x, const Tensor& residual,
+                                  const Tensor& norm_weight, float eps, bool unit_offset,
+                                  Tensor& residual_out, Tensor& out) const {
+  VLLM_ASSIGN_OR_RETURN(Tensor normed, ctx.act(x.shape()));
+  VLLM_ASSIGN_OR_RETURN(Tensor logits, ctx.alloc({x.size(0), router_.size(0)}, DType::kF32));
+  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, x, residual, norm_weight, eps, unit_offset,
+                                                router_, residual_out, normed, logits));
+  VLLM_ASSIGN_OR_RETURN(Routing r, route_logits(ctx, std::move(logits)));
+  return experts_forward(ctx, normed, r, out);
+}
+
+Status MoeLayer::experts_forward(const ExecContext& ctx, const Tensor& x, const Routing& r,
+                                 Tensor& out) const {
+  const int64_t tokens = x.size(0), experts = spec_.num_experts;
   ops::MoeSharedExpert shared;  // the shared expert, unless it runs as expert E
   shared.in_last_slot = r.shared_slot;
   if (shared_.loaded() && !r.shared_slot) {

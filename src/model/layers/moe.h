@@ -51,6 +51,13 @@ class MoeLayer {
               const ExecContext& ctx);
   // x [T, H] -> out [T, H].
   Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
+  // The decoder's residual add and post-attention RMSNorm, then forward(): residual_out =
+  // residual + x, out = forward(norm(residual_out)), with the norm inside the router's product
+  // (one launch fewer; ops::add_rms_norm_linear). Only where fuses_norm() says so.
+  bool fuses_norm(const ExecContext& ctx, const Tensor& x, const Tensor& norm_weight) const;
+  Status forward_add_norm(const ExecContext& ctx, const Tensor& x, const Tensor& residual,
+                          const Tensor& norm_weight, float eps, bool unit_offset,
+                          Tensor& residual_out, Tensor& out) const;
   // The router alone: logits F32 [T, E (+ 1: the shared gate's logit)], topk_weights F32 and
   // topk_ids I64 [T, top_k (+ 1: the shared expert, when it runs as expert E)], all from
   // ctx's workspace.
@@ -76,6 +83,10 @@ class MoeLayer {
   // Expert parallelism: this rank's whole experts.
   Status load_local_experts(WeightSource& w, const std::string& prefix, const ExecContext& ctx);
   bool expert_parallel() const { return spec_.expert_parallel; }
+  // route() from the router's logits; the experts and the shared expert for x.
+  Expected<Routing> route_logits(const ExecContext& ctx, Tensor logits) const;
+  Status experts_forward(const ExecContext& ctx, const Tensor& x, const Routing& r,
+                         Tensor& out) const;
   // {x}gate_proj / up_proj / down_proj.weight into slot `slot` of the stacks.
   Status put_mlp(WeightSource& w, const std::string& x, int64_t slot, const ExecContext& ctx,
                  ExpertStack& gate_up, ExpertStack& down) const;

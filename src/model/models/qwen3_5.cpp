@@ -7,6 +7,8 @@
 // text position, which makes it plain (partial, NeoX) RoPE.
 #include "model/models/qwen3_5.h"
 
+#include <utility>
+
 #include "model/decoder.h"
 #include "model/layers/logits.h"
 #include "model/models/registry.h"
@@ -39,6 +41,13 @@ Expected<Tensor> HybridModel::compute(const StepInputs& in, ModelCache& cache) {
   // The residual stream stays in f32 between layers whatever the activation dtype; `h` is
   // each sub-layer's input (normalised) and the MLP's output, `m` the mixer's output.
   VLLM_ASSIGN_OR_RETURN(Tensor residual, ctx.alloc({tokens, hidden}, DType::kF32));
+  // Where an MoE block takes the post-attention norm into its router (MoeLayer::fuses_norm:
+  // CUDA decode batches), the residual stream moves to the other buffer: every block of that
+  // launch reads it whole.
+  Tensor spare_residual;
+  if (ctx.is_cuda() && tokens <= 8) {
+    VLLM_ASSIGN_OR_RETURN(spare_residual, ctx.alloc({tokens, hidden}, DType::kF32));
+  }
   VLLM_ASSIGN_OR_RETURN(Tensor h, ctx.act({tokens, hidden}));
   VLLM_ASSIGN_OR_RETURN(Tensor m, ctx.act({tokens, hidden}));
   VLLM_RETURN_IF_ERROR(ops::zero(ctx, residual));
@@ -55,8 +64,13 @@ Expected<Tensor> HybridModel::compute(const StepInputs& in, ModelCache& cache) {
                    : l.attn.forward(ctx, h, in, cos_sin_cache_, cache.kv[ci], m);
     if (!s.is_ok()) return s.with_context(fmt::format("layer {}", i));
     // residual += mixer output; m = post_attention_layernorm(residual).
-    VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, m, residual, l.post_norm, eps, true));
-    s = l.sparse ? l.moe.forward(ctx, m, h) : l.mlp.forward(ctx, m, h);
+    if (l.sparse && spare_residual.defined() && l.moe.fuses_norm(ctx, m, l.post_norm)) {
+      s = l.moe.forward_add_norm(ctx, m, residual, l.post_norm, eps, true, spare_residual, h);
+      std::swap(residual, spare_residual);
+    } else {
+      VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, m, residual, l.post_norm, eps, true));
+      s = l.sparse ? l.moe.forward(ctx, m, h) : l.mlp.forward(ctx, m, h);
+    }
     if (!s.is_ok()) return s.with_context(fmt::format("layer {} mlp", i));
   }
   return compute_logits(
