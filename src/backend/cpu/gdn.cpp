@@ -108,8 +108,14 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
   // Decoded weights in per-thread buffers reused across calls; the workers read them through
   // these pointers (a thread_local named inside the loop body would be the worker's own).
-  thread_local std::vector<float> w_buf, b_buf;
+  thread_local std::vector<float> w_buf, b_buf, taps_buf;
   const float* w = decode_into(weight, w_buf);
+  // The weights tap-major: taps[j * channels + c] = w[c, j].
+  taps_buf.resize(static_cast<size_t>(channels * width));
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t j = 0; j < width; ++j) taps_buf[j * channels + c] = w[c * width + j];
+  }
+  const float* const taps = taps_buf.data();
   if (!bias.defined()) b_buf.assign(static_cast<size_t>(channels), 0.0f);
   const float* b = bias.defined() ? decode_into(bias, b_buf) : b_buf.data();
   const int64_t num_requests = static_cast<int64_t>(batch.state_indices.size());
@@ -124,12 +130,10 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   // tap-major ([tap][channel]) so that the loops over channels are unit-stride and vectorise;
   // each channel's sum keeps the reference order (oldest tap first, then x, then the bias).
   parallel_for(0, num_requests * blocks, grain, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> window, taps, acc;
+    thread_local std::vector<float> window, acc;
     window.resize(static_cast<size_t>(kBlock * std::max<int64_t>(hist, 1)));
-    taps.resize(static_cast<size_t>(kBlock * width));
     acc.resize(static_cast<size_t>(kBlock));
     float* const win = window.data();
-    float* const wt = taps.data();
     float* const sum = acc.data();
     for (int64_t item = begin; item < end; ++item) {
       const int64_t r = item / blocks;
@@ -140,7 +144,6 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
       // win[j * kBlock + i]: channel c0 + i's input j steps after the oldest tap.
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < hist; ++j) win[j * kBlock + i] = state[(c0 + i) * hist + j];
-        for (int64_t j = 0; j < width; ++j) wt[j * kBlock + i] = w[(c0 + i) * width + j];
       }
       const float* bc = b + c0;
       for (int64_t t = t0; t < t1; ++t) {
@@ -148,11 +151,11 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
         float* orow = out_rows.row<float>(t) + c0;
         for (int64_t i = 0; i < n; ++i) sum[i] = 0.0f;
         for (int64_t j = 0; j < hist; ++j) {
-          const float* wj = wt + j * kBlock;
+          const float* wj = taps + j * channels + c0;
           const float* xj = win + j * kBlock;
           for (int64_t i = 0; i < n; ++i) sum[i] += wj[i] * xj[i];
         }
-        const float* wl = wt + hist * kBlock;
+        const float* wl = taps + hist * channels + c0;
         for (int64_t i = 0; i < n; ++i) sum[i] = (sum[i] + wl[i] * in[i]) + bc[i];
         for (int64_t j = 0; j + 1 < hist; ++j) {
           std::copy(win + (j + 1) * kBlock, win + (j + 1) * kBlock + n, win + j * kBlock);
