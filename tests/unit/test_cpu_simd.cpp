@@ -201,6 +201,33 @@ TEST(CpuSimd, GatedDeltaRuleMatchesPortable) {
   }
 }
 
+// The GDN conv, whose SiLU takes a polynomial exponential on AVX-512: two requests (one
+// token, and several across a channel block boundary and a partial last block), inputs
+// large enough that the SiLU saturates on both sides.
+TEST(CpuSimd, CausalConv1dMatchesPortable) {
+  for (CpuIsa isa : simd_isas()) {
+    const int64_t tokens = 7, channels = 80, width = 4, slots = 3;
+    Tensor x = random_f32({tokens, channels}, 61, -30.0f, 30.0f);
+    Tensor w = random_f32({channels, width}, 62);
+    Tensor bias = random_f32({channels}, 63);
+    Tensor state0 = random_f32({slots, channels, width - 1}, 64, -5.0f, 5.0f);
+    const std::vector<int32_t> qsl = {0, 1, 7}, slot_ids = {1, 2};
+    cpu::GdnBatch batch{qsl, slot_ids};
+    Tensor state_want = state0.clone(), state_got = state0.clone();
+    Tensor want = Tensor::empty({tokens, channels}, DType::kF32);
+    Tensor got = Tensor::empty({tokens, channels}, DType::kF32);
+    {
+      IsaScope portable(CpuIsa::kPortable);
+      ASSERT_TRUE(cpu::causal_conv1d(x, w, bias, batch, state_want, want).is_ok());
+    }
+    IsaScope simd(isa);
+    ASSERT_TRUE(cpu::causal_conv1d(x, w, bias, batch, state_got, got).is_ok());
+    const std::string what(cpu::isa_name(isa));
+    EXPECT_LT(max_rel_diff(got, want), 1e-6) << what;
+    EXPECT_TRUE(bitwise_equal(state_got, state_want)) << what;  // the window is only copied
+  }
+}
+
 // Each exponential on its own over the range the sampler meets, then
 // whole rows: vector tails, -inf entries (masked tokens) and logits far below the maximum.
 TEST(CpuSimd, SumExpMatchesPortable) {

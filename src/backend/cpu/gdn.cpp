@@ -5,6 +5,8 @@
 // Float32 arithmetic in the order transformers' torch fallbacks use: conv taps summed oldest
 // first then SiLU as x / (1 + exp(-x)); softplus as log1p(exp(x)) below torch's threshold of
 // 20; the norm's mean of squares accumulated in double (at least as accurate as torch's sum).
+// On AVX-512 CPUs the conv's SiLU takes the polynomial exponential of vec_kernels.h (within a
+// few f32 ulps of std::exp); everything else is the same arithmetic on every CPU.
 #include "backend/cpu/gdn.h"
 
 #include <algorithm>
@@ -12,7 +14,9 @@
 #include <vector>
 
 #include "backend/cpu/common.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/gdn_batch.h"
+#include "backend/cpu/vec_kernels.h"
 #include "base/thread_pool.h"
 
 namespace vllm::cpu {
@@ -126,6 +130,7 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   const int64_t per_request = std::max<int64_t>(1, tokens / std::max<int64_t>(num_requests, 1));
   const int64_t grain = detail::grain_for(kBlock * width * per_request);
 
+  const bool avx512 = active_isa() == CpuIsa::kAvx512;
   // Each work item walks its tokens over a block of channels, with its window and weights
   // tap-major ([tap][channel]) so that the loops over channels are unit-stride and vectorise;
   // each channel's sum keeps the reference order (oldest tap first, then x, then the bias).
@@ -161,7 +166,11 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
           std::copy(win + (j + 1) * kBlock, win + (j + 1) * kBlock + n, win + j * kBlock);
         }
         if (hist > 0) std::copy(in, in + n, win + (hist - 1) * kBlock);
-        for (int64_t i = 0; i < n; ++i) orow[i] = silu(sum[i]);
+        if (avx512) {
+          detail::silu_avx512(sum, n, orow);
+        } else {
+          for (int64_t i = 0; i < n; ++i) orow[i] = silu(sum[i]);
+        }
       }
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < hist; ++j) state[(c0 + i) * hist + j] = win[j * kBlock + i];
