@@ -23,6 +23,12 @@
 #include "backend/cpu/ops.h"
 #include "base/thread_pool.h"
 
+#if defined(OPENBLAS_VERSION)
+// Exported by OpenBLAS's pthread build (it stops the worker threads); weak, so that other
+// builds link without it.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+#endif
+
 namespace vllm::cpu {
 namespace detail {
 namespace {
@@ -62,6 +68,12 @@ void use_single_threaded_blas() {
   std::call_once(once, [] {
 #if defined(OPENBLAS_VERSION)
     openblas_set_num_threads(1);
+    // OpenBLAS's pthread build starts its worker threads when it is loaded, and they spin on
+    // sched_yield for a while before they sleep. On two cores that spin took one of our two
+    // threads' cores for the first prefill (the demo model's ran at half speed or at full
+    // speed depending on whether it came before the spin ended). With one thread they get
+    // no work, so stop them; builds without the symbol (serial, OpenMP) have no such threads.
+    if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
 #endif
   });
 }
@@ -164,6 +176,10 @@ void run_linear(const LinearArgs& args) {
 }
 
 }  // namespace detail
+
+void pin_blas_to_one_thread() {
+  detail::use_single_threaded_blas();
+}
 
 Status linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out) {
   constexpr std::string_view kOp = "linear";
