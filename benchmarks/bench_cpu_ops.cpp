@@ -189,6 +189,7 @@ void stream_sizes(benchmark::internal::Benchmark* b) {
 void linear_sizes(benchmark::internal::Benchmark* b) {
   for (int64_t m : {1, 8, 128}) b->Args({m, 2048, 2048});
   for (int64_t m : {1, 8}) b->Args({m, 8192, 256});  // the demo model's lm_head
+  b->Args({128, 768, 256});  // a 128-token prefill through a demo-model-sized projection
   b->ArgNames({"M", "N", "K"})->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 

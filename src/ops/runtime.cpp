@@ -1,6 +1,7 @@
 // DeviceRuntime and ExecContext::alloc (exec_context.h).
 #include <utility>
 
+#include "backend/cpu/ops.h"
 #include "backend/cpu/weight_memory.h"
 #include "base/logging.h"
 #include "ops/exec_context.h"
@@ -64,6 +65,7 @@ Expected<std::unique_ptr<DeviceRuntime>> DeviceRuntime::create(Device device, DT
                         "the CPU backend computes in float32; --dtype {} is for CUDA devices",
                         dtype_name(act_dtype));
     }
+    cpu::pin_blas_to_one_thread();
     if (cpu::weights_in_huge_pages()) {
       rt->weight_arena_ = std::make_shared<cpu::WeightArena>();
       rt->context_.weight_arena = rt->weight_arena_.get();

@@ -73,19 +73,22 @@ struct LinearCase {
 
 // Every M of the direct kernel, tails in K (vector width) and N (tile rows), the one-row
 // kernels at M = 1 (x in registers for K = 32 * b up to 256; on long rows K >= 1024 whole
-// 64-column steps, a last 32-column block, a last partial 16), and the BLAS path above
-// kDirectMaxM (whose weight widening must be bitwise the portable one). At M = 1 the BF16
-// rows are read in four quarters side by side (AVX-512: K = 32 * b up to 256 and K >= 1024;
-// AVX2: K >= 256): N = 1..3 (no quarters, only the rows left over), N % 4 = 1..3 (quarters
-// and one to three rows after them), K not a multiple of 8, 16 or 32, and N large enough
-// to be split into chunks of row counts that are not multiples of 4 on several threads.
+// 64-column steps, a last 32-column block, a last partial 16), and above kDirectMaxM the
+// AVX-512 tiled direct kernel for BF16/F16 weights (8-row tiles of x with a partial last
+// one, blocks of 64 weight rows with a partial last one) and the BLAS path otherwise (the
+// same sgemm on the same f32 weights, widened bitwise as the portable kernel does). At
+// M = 1 the BF16 rows are read in four quarters side by side (AVX-512: K = 32 * b up to 256
+// and K >= 1024; AVX2: K >= 256): N = 1..3 (no quarters, only the rows left over),
+// N % 4 = 1..3 (quarters and one to three rows after them), K not a multiple of 8, 16 or
+// 32, and N large enough to be split into chunks of row counts that are not multiples of 4
+// on several threads.
 constexpr LinearCase kLinearCases[] = {
-    {1, 1, 1},     {1, 37, 15},   {1, 6, 32},    {1, 9, 96},     {1, 23, 256}, {1, 129, 1000},
-    {1, 21, 1024}, {1, 13, 1056}, {1, 11, 1071}, {1, 1, 1024},   {1, 2, 1030}, {1, 3, 1100},
-    {1, 4, 1024},  {1, 7, 2048},  {1, 70, 1040}, {1, 515, 1100}, {1, 2, 64},   {1, 3, 256},
-    {1, 45, 160},  {1, 38, 300},  {1, 66, 264},  {1, 1027, 256}, {2, 9, 17},   {3, 33, 64},
-    {4, 65, 100},  {5, 7, 31},    {6, 19, 250},  {7, 40, 8},     {8, 130, 77}, {9, 33, 70},
-    {40, 65, 300}};
+    {1, 1, 1},     {1, 37, 15},   {1, 6, 32},     {1, 9, 96},     {1, 23, 256}, {1, 129, 1000},
+    {1, 21, 1024}, {1, 13, 1056}, {1, 11, 1071},  {1, 1, 1024},   {1, 2, 1030}, {1, 3, 1100},
+    {1, 4, 1024},  {1, 7, 2048},  {1, 70, 1040},  {1, 515, 1100}, {1, 2, 64},   {1, 3, 256},
+    {1, 45, 160},  {1, 38, 300},  {1, 66, 264},   {1, 1027, 256}, {2, 9, 17},   {3, 33, 64},
+    {4, 65, 100},  {5, 7, 31},    {6, 19, 250},   {7, 40, 8},     {8, 130, 77}, {9, 33, 70},
+    {40, 65, 300}, {19, 130, 77}, {17, 200, 1030}};
 
 TEST(CpuSimd, LinearMatchesPortable) {
   for (CpuIsa isa : simd_isas()) {
@@ -106,7 +109,7 @@ TEST(CpuSimd, LinearMatchesPortable) {
         }
         const std::string what = fmt::format("{} M={} N={} K={} {}", cpu::isa_name(isa), c.M, c.N,
                                              c.K, dtype_name(dtype));
-        if (c.M > 8) {
+        if (c.M > 8 && (dtype == DType::kF32 || isa != CpuIsa::kAvx512)) {
           EXPECT_TRUE(bitwise_equal(got, want)) << what;  // same sgemm on the same f32 weights
         } else {
           EXPECT_LT(max_rel_diff(got, want), 2e-6) << what;
@@ -195,6 +198,33 @@ TEST(CpuSimd, GatedDeltaRuleMatchesPortable) {
       EXPECT_LT(max_rel_diff(got, want), 1e-5) << what;
       EXPECT_LT(max_rel_diff(state_got, state_want), 1e-5) << what;
     }
+  }
+}
+
+// The GDN conv, whose SiLU takes a polynomial exponential on AVX-512: two requests (one
+// token, and several across a channel block boundary and a partial last block), inputs
+// large enough that the SiLU saturates on both sides.
+TEST(CpuSimd, CausalConv1dMatchesPortable) {
+  for (CpuIsa isa : simd_isas()) {
+    const int64_t tokens = 7, channels = 80, width = 4, slots = 3;
+    Tensor x = random_f32({tokens, channels}, 61, -30.0f, 30.0f);
+    Tensor w = random_f32({channels, width}, 62);
+    Tensor bias = random_f32({channels}, 63);
+    Tensor state0 = random_f32({slots, channels, width - 1}, 64, -5.0f, 5.0f);
+    const std::vector<int32_t> qsl = {0, 1, 7}, slot_ids = {1, 2};
+    cpu::GdnBatch batch{qsl, slot_ids};
+    Tensor state_want = state0.clone(), state_got = state0.clone();
+    Tensor want = Tensor::empty({tokens, channels}, DType::kF32);
+    Tensor got = Tensor::empty({tokens, channels}, DType::kF32);
+    {
+      IsaScope portable(CpuIsa::kPortable);
+      ASSERT_TRUE(cpu::causal_conv1d(x, w, bias, batch, state_want, want).is_ok());
+    }
+    IsaScope simd(isa);
+    ASSERT_TRUE(cpu::causal_conv1d(x, w, bias, batch, state_got, got).is_ok());
+    const std::string what(cpu::isa_name(isa));
+    EXPECT_LT(max_rel_diff(got, want), 1e-6) << what;
+    EXPECT_TRUE(bitwise_equal(state_got, state_want)) << what;  // the window is only copied
   }
 }
 

@@ -5,6 +5,8 @@
 // Float32 arithmetic in the order transformers' torch fallbacks use: conv taps summed oldest
 // first then SiLU as x / (1 + exp(-x)); softplus as log1p(exp(x)) below torch's threshold of
 // 20; the norm's mean of squares accumulated in double (at least as accurate as torch's sum).
+// On AVX-512 CPUs the conv's SiLU takes the polynomial exponential of vec_kernels.h (within a
+// few f32 ulps of std::exp); everything else is the same arithmetic on every CPU.
 #include "backend/cpu/gdn.h"
 
 #include <algorithm>
@@ -12,7 +14,9 @@
 #include <vector>
 
 #include "backend/cpu/common.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/gdn_batch.h"
+#include "backend/cpu/vec_kernels.h"
 #include "base/thread_pool.h"
 
 namespace vllm::cpu {
@@ -108,8 +112,14 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
 
   // Decoded weights in per-thread buffers reused across calls; the workers read them through
   // these pointers (a thread_local named inside the loop body would be the worker's own).
-  thread_local std::vector<float> w_buf, b_buf;
+  thread_local std::vector<float> w_buf, b_buf, taps_buf;
   const float* w = decode_into(weight, w_buf);
+  // The weights tap-major: taps[j * channels + c] = w[c, j].
+  taps_buf.resize(static_cast<size_t>(channels * width));
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t j = 0; j < width; ++j) taps_buf[j * channels + c] = w[c * width + j];
+  }
+  const float* const taps = taps_buf.data();
   if (!bias.defined()) b_buf.assign(static_cast<size_t>(channels), 0.0f);
   const float* b = bias.defined() ? decode_into(bias, b_buf) : b_buf.data();
   const int64_t num_requests = static_cast<int64_t>(batch.state_indices.size());
@@ -120,37 +130,50 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   const int64_t per_request = std::max<int64_t>(1, tokens / std::max<int64_t>(num_requests, 1));
   const int64_t grain = detail::grain_for(kBlock * width * per_request);
 
+  const bool avx512 = active_isa() == CpuIsa::kAvx512;
+  // Each work item walks its tokens over a block of channels, with its window and weights
+  // tap-major ([tap][channel]) so that the loops over channels are unit-stride and vectorise;
+  // each channel's sum keeps the reference order (oldest tap first, then x, then the bias).
   parallel_for(0, num_requests * blocks, grain, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> window;
+    thread_local std::vector<float> window, acc;
     window.resize(static_cast<size_t>(kBlock * std::max<int64_t>(hist, 1)));
+    acc.resize(static_cast<size_t>(kBlock));
+    float* const win = window.data();
+    float* const sum = acc.data();
     for (int64_t item = begin; item < end; ++item) {
       const int64_t r = item / blocks;
-      const int64_t c0 = (item % blocks) * kBlock, c1 = std::min(channels, c0 + kBlock);
+      const int64_t c0 = (item % blocks) * kBlock, n = std::min(channels, c0 + kBlock) - c0;
       const int64_t t0 = batch.query_start_loc[r], t1 = batch.query_start_loc[r + 1];
       if (t0 == t1) continue;
       float* state = state_base + batch.state_indices[r] * channels * hist;
-      // window[(c - c0) * hist + j]: input j steps back from the oldest tap, oldest first.
-      for (int64_t c = c0; c < c1; ++c) {
-        for (int64_t j = 0; j < hist; ++j) window[(c - c0) * hist + j] = state[c * hist + j];
+      // win[j * kBlock + i]: channel c0 + i's input j steps after the oldest tap.
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < hist; ++j) win[j * kBlock + i] = state[(c0 + i) * hist + j];
       }
+      const float* bc = b + c0;
       for (int64_t t = t0; t < t1; ++t) {
-        const float* xr = x_rows.row<float>(t);
-        float* orow = out_rows.row<float>(t);
-        for (int64_t c = c0; c < c1; ++c) {
-          float* win = window.data() + (c - c0) * hist;
-          const float* wc = w + c * width;
-          const float in = xr[c];
-          float acc = 0.0f;
-          for (int64_t j = 0; j < hist; ++j) acc += wc[j] * win[j];
-          acc += wc[hist] * in;
-          acc += b[c];
-          for (int64_t j = 0; j + 1 < hist; ++j) win[j] = win[j + 1];
-          if (hist > 0) win[hist - 1] = in;
-          orow[c] = silu(acc);
+        const float* in = x_rows.row<float>(t) + c0;
+        float* orow = out_rows.row<float>(t) + c0;
+        for (int64_t i = 0; i < n; ++i) sum[i] = 0.0f;
+        for (int64_t j = 0; j < hist; ++j) {
+          const float* wj = taps + j * channels + c0;
+          const float* xj = win + j * kBlock;
+          for (int64_t i = 0; i < n; ++i) sum[i] += wj[i] * xj[i];
+        }
+        const float* wl = taps + hist * channels + c0;
+        for (int64_t i = 0; i < n; ++i) sum[i] = (sum[i] + wl[i] * in[i]) + bc[i];
+        for (int64_t j = 0; j + 1 < hist; ++j) {
+          std::copy(win + (j + 1) * kBlock, win + (j + 1) * kBlock + n, win + j * kBlock);
+        }
+        if (hist > 0) std::copy(in, in + n, win + (hist - 1) * kBlock);
+        if (avx512) {
+          detail::silu_avx512(sum, n, orow);
+        } else {
+          for (int64_t i = 0; i < n; ++i) orow[i] = silu(sum[i]);
         }
       }
-      for (int64_t c = c0; c < c1; ++c) {
-        for (int64_t j = 0; j < hist; ++j) state[c * hist + j] = window[(c - c0) * hist + j];
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < hist; ++j) state[(c0 + i) * hist + j] = win[j * kBlock + i];
       }
     }
   });

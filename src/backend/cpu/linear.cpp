@@ -2,8 +2,12 @@
 //
 // Work is split over output columns N across our thread pool; OpenBLAS is pinned to one
 // thread so the two pools don't oversubscribe the cores. M <= 8 (decode) takes the direct
-// kernel in linear_direct.cpp (or its AVX2 / AVX-512 variant, by cpu_isa.h); larger M calls
-// sgemm per column block, decoding BF16/F16 weight blocks into per-thread f32 scratch first.
+// kernel in linear_direct.cpp (or its AVX2 / AVX-512 variant, by cpu_isa.h). Larger M with
+// BF16/F16 weights on an AVX-512 CPU runs that variant over 8-row tiles of x against blocks
+// of 64 weight rows (1.25-1.6x the sgemm path below at M = 128 on one core; the AVX2
+// variant is slower than sgemm there, so it is not used). Otherwise larger M calls sgemm
+// per column block, decoding BF16/F16 weight blocks into per-thread f32 scratch first (F32
+// weights: sgemm on them directly).
 // Block-scaled FP8 weights (tensor/linear_weight.h) go the same two ways, dequantized to f32
 // a tile or a block of rows at a time, with the portable direct kernel: the reference FP8
 // linear, exactly x @ dequantize(w)^T up to f32 summation order.
@@ -19,6 +23,12 @@
 #include "backend/cpu/ops.h"
 #include "base/thread_pool.h"
 
+#if defined(OPENBLAS_VERSION)
+// Exported by OpenBLAS's pthread build (it stops the worker threads); weak, so that other
+// builds link without it.
+extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
+#endif
+
 namespace vllm::cpu {
 namespace detail {
 namespace {
@@ -27,6 +37,10 @@ namespace {
 // f32 scratch (an L2's worth), 16 to 256 rows. Fewer, larger calls pack x fewer times:
 // Qwen3-0.6B's 128-token prefill ran ~4% faster on one core than with 64-row blocks.
 constexpr int64_t kBlasScratchBytes = int64_t{1} << 20;
+
+// Weight rows per block of the tiled path (M > kDirectMaxM, AVX-512, BF16/F16 weights):
+// 64 rows of K <= 4096 are at most 512 KiB of BF16, within an L2.
+constexpr int64_t kTiledBlockRows = 64;
 
 int64_t blas_block_rows(int64_t K) {
   const int64_t rows = kBlasScratchBytes / (std::max<int64_t>(K, 1) * int64_t{sizeof(float)});
@@ -54,6 +68,12 @@ void use_single_threaded_blas() {
   std::call_once(once, [] {
 #if defined(OPENBLAS_VERSION)
     openblas_set_num_threads(1);
+    // OpenBLAS's pthread build starts its worker threads when it is loaded, and they spin on
+    // sched_yield for a while before they sleep. On two cores that spin took one of our two
+    // threads' cores for the first prefill (the demo model's ran at half speed or at full
+    // speed depending on whether it came before the spin ended). With one thread they get
+    // no work, so stop them; builds without the symbol (serial, OpenMP) have no such threads.
+    if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();
 #endif
   });
 }
@@ -132,6 +152,23 @@ void run_linear(const LinearArgs& args) {
       a.x_pairs = pairs.data();
     }
     parallel_for(0, N, grain, [&](int64_t b, int64_t e) { kernel(a, b, e); });
+  } else if (isa == CpuIsa::kAvx512 &&
+             (args.w_dtype == DType::kBF16 || args.w_dtype == DType::kF16)) {
+    // Blocks of weight rows, each dotted with the activations 8 rows at a time by the direct
+    // kernel: the block stays in L2 across the row tiles, and is widened in registers rather
+    // than into scratch for an sgemm (whose prebuilt kernel may also be older than the CPU).
+    parallel_for(0, N, kTiledBlockRows, [&](int64_t b, int64_t e) {
+      for (int64_t n0 = b; n0 < e; n0 += kTiledBlockRows) {
+        const int64_t n1 = std::min(e, n0 + kTiledBlockRows);
+        for (int64_t m0 = 0; m0 < M; m0 += kDirectMaxM) {
+          LinearArgs a = args;
+          a.x = args.x + m0 * args.ldx;
+          a.out = args.out + m0 * args.ldo;
+          a.M = std::min(kDirectMaxM, M - m0);
+          linear_direct_avx512(a, n0, n1);
+        }
+      }
+    });
   } else {
     use_single_threaded_blas();
     parallel_for(0, N, 64, [&](int64_t b, int64_t e) { linear_blas(args, b, e, isa); });
@@ -139,6 +176,10 @@ void run_linear(const LinearArgs& args) {
 }
 
 }  // namespace detail
+
+void pin_blas_to_one_thread() {
+  detail::use_single_threaded_blas();
+}
 
 Status linear(const Tensor& x, const LinearWeight& w, const Tensor& bias, Tensor& out) {
   constexpr std::string_view kOp = "linear";

@@ -13,6 +13,10 @@
 
 namespace vllm::cpu {
 
+// Once per process, before the first op: BLAS to one thread and its idle workers stopped
+// (parallelism comes from our thread pool). linear() also calls it.
+void pin_blas_to_one_thread();
+
 // out[t, :] = table[token_ids[t], :].  token_ids I32/I64 [T]; table F32/BF16/F16 [V, H];
 // out F32 [T, H]. An id outside [0, V) is kOutOfRange naming the id and position.
 Status embedding(const Tensor& token_ids, const Tensor& table, Tensor& out);

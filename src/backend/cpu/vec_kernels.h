@@ -1,8 +1,8 @@
-// Inner loops of paged attention and of the gated delta rule, one per ISA (internal to the
-// CPU backend). The portable versions live with their ops (attention.cpp, gdn_rule.cpp) and
-// are the reference; the AVX2 / AVX-512 ones (vec_kernels_avx2.cpp, vec_kernels_avx512.cpp)
-// compute in f32 with FMA and differ from them only by rounding. Call a variant only where
-// cpu_isa.h says the CPU has it.
+// Inner loops of paged attention, the gated delta rule and the GDN conv's SiLU, one per ISA
+// (internal to the CPU backend). The portable versions live with their ops (attention.cpp,
+// gdn_rule.cpp) and are the reference; the AVX2 / AVX-512 ones (vec_kernels_avx2.cpp,
+// vec_kernels_avx512.cpp) compute in f32 with FMA and differ from them only by rounding. Call a
+// variant only where cpu_isa.h says the CPU has it.
 #pragma once
 
 #include <cstdint>
@@ -38,5 +38,9 @@ struct DeltaRuleStep {
 };
 void delta_rule_step_avx2(const DeltaRuleStep& s);
 void delta_rule_step_avx512(const DeltaRuleStep& s);
+
+// out[i] = x[i] / (1 + exp(-x[i])) (SiLU, the GDN conv's activation), the exponential by a
+// polynomial (vec_kernels_avx512.cpp) within a few f32 ulps of std::exp.
+void silu_avx512(const float* x, int64_t n, float* out);
 
 }  // namespace vllm::cpu::detail

@@ -142,6 +142,17 @@ VLLM_AVX512 inline void add_wide(__m512 e, __m512d& lo, __m512d& hi) {
 
 }  // namespace
 
+VLLM_AVX512 void silu_avx512(const float* x, int64_t n, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask =
+        n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(mask, x + i);
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), v));
+    _mm512_mask_storeu_ps(out + i, mask, _mm512_div_ps(v, _mm512_add_ps(one, e)));
+  }
+}
+
 VLLM_AVX512 double sum_exp_avx512(const float* x, int64_t n, float m) {
   const __m512 mv = _mm512_set1_ps(m);
   __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
