@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 namespace vllm::cpu {
 
@@ -35,29 +37,30 @@ void* map_zeroed(size_t bytes) {
   return p;
 }
 
+// map_zeroed(nbytes) (at least one byte), unmapped when the last owner goes.
+Expected<std::shared_ptr<void>> owned_mapping(size_t nbytes) {
+  const size_t mapped = nbytes == 0 ? 1 : nbytes;
+  void* data = map_zeroed(mapped);
+  if (data == nullptr) {
+    return make_error(ErrorCode::kResourceExhausted, "cannot map {} bytes of CPU memory: {}",
+                      nbytes, std::strerror(errno));
+  }
+  return std::shared_ptr<void>(data, [mapped](void* p) { munmap(p, mapped); });
+}
+
 }  // namespace
 
 Expected<Tensor> zeroed_mapping(const Shape& shape, DType dtype) {
   VLLM_ASSIGN_OR_RETURN(const int64_t numel, checked_numel(shape));
-  const size_t nbytes = static_cast<size_t>(numel) * dtype_size(dtype);
-  const size_t mapped = nbytes == 0 ? 1 : nbytes;
-  void* data = map_zeroed(mapped);
-  if (data == nullptr) {
-    return make_error(ErrorCode::kResourceExhausted, "cannot map {} bytes of CPU memory: {}",
-                      nbytes, std::strerror(errno));
-  }
-  std::shared_ptr<void> owner(data, [mapped](void* p) { munmap(p, mapped); });
+  VLLM_ASSIGN_OR_RETURN(std::shared_ptr<void> owner,
+                        owned_mapping(static_cast<size_t>(numel) * dtype_size(dtype)));
+  void* data = owner.get();
   return Tensor::borrow(data, shape, dtype, Device::cpu(), std::move(owner));
 }
 
 Expected<std::shared_ptr<Storage>> zeroed_storage(size_t nbytes) {
-  const size_t mapped = nbytes == 0 ? 1 : nbytes;
-  void* data = map_zeroed(mapped);
-  if (data == nullptr) {
-    return make_error(ErrorCode::kResourceExhausted, "cannot map {} bytes of CPU memory: {}",
-                      nbytes, std::strerror(errno));
-  }
-  std::shared_ptr<void> owner(data, [mapped](void* p) { munmap(p, mapped); });
+  VLLM_ASSIGN_OR_RETURN(std::shared_ptr<void> owner, owned_mapping(nbytes));
+  void* data = owner.get();
   return std::make_shared<Storage>(data, nbytes, Device::cpu(), std::move(owner));
 }
 

@@ -39,10 +39,12 @@
 #include <cstdlib>
 #include <functional>
 #include <list>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gdn_batch.cuh"  // check_no_overlap
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
@@ -557,22 +559,6 @@ bool add_rms_norm_linear_fits(const Tensor& x, const Tensor& weight) {
                                 multiprocessor_count(x.device().index));
 }
 
-namespace {
-
-bool overlaps(const Tensor& a, const Tensor& b) {
-  const auto* a0 = static_cast<const char*>(a.data_ptr());
-  const auto* b0 = static_cast<const char*>(b.data_ptr());
-  // The spans from each view's first to one past its last element.
-  const auto span = [](const Tensor& t) {
-    int64_t last = 0;
-    for (int64_t d = 0; d < t.ndim(); ++d) last += (t.size(d) - 1) * t.stride(d);
-    return static_cast<size_t>(last + 1) * dtype_size(t.dtype());
-  };
-  return a0 < b0 + span(b) && b0 < a0 + span(a);
-}
-
-}  // namespace
-
 Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
                            float eps, bool unit_offset, const Tensor& weight, Tensor& residual_out,
                            Tensor& normed, Tensor& out, cudaStream_t stream) {
@@ -603,19 +589,21 @@ Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor
                       norm_weight.to_string(), K);
   }
   if (M == 0 || p.n == 0) return Status::ok();
+  VLLM_ASSIGN_OR_RETURN(detail::Rows x_rows, detail::as_rows(kOp, "x", x));
   VLLM_ASSIGN_OR_RETURN(detail::Rows res, detail::as_rows(kOp, "residual", residual));
   VLLM_ASSIGN_OR_RETURN(detail::Rows res_out, detail::as_rows(kOp, "residual_out", residual_out));
   VLLM_ASSIGN_OR_RETURN(detail::Rows nrm, detail::as_rows(kOp, "normed", normed));
-  for (auto [name, t] : {std::pair<std::string_view, const Tensor*>{"residual_out", &residual_out},
-                         {"normed", &normed}}) {
-    if (overlaps(*t, x) || overlaps(*t, residual)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "{}: {} overlaps x or residual (every block reads them whole)", kOp, name);
-    }
+  // Every block reads x and residual whole, and block 0 writes residual_out and normed.
+  for (auto [name, rows, size] : {std::tuple<std::string_view, const detail::Rows*, size_t>{
+                                      "residual_out", &res_out, sizeof(float)},
+                                  {"normed", &nrm, sizeof(uint16_t)}}) {
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, name, *rows, size, "x", x_rows, sizeof(uint16_t)));
+    VLLM_RETURN_IF_ERROR(
+        detail::check_no_overlap(kOp, name, *rows, size, "residual", res, sizeof(float)));
   }
-  if (overlaps(residual_out, normed)) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: residual_out overlaps normed", kOp);
-  }
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "residual_out", res_out, sizeof(float),
+                                                "normed", nrm, sizeof(uint16_t)));
   if (!add_rms_norm_linear_fits(x, weight)) {
     return make_error(ErrorCode::kUnsupported,
                       "{}: [{}, {}] x [{}, {}]^T is not a size the fused GEMV takes "

@@ -456,6 +456,22 @@ Status launch_bf16_rows(const GemvParams& p, bool vec, const GemvLaunch& launch,
   return launch_bf16<kNTiles, 1, true>(p, launch.warps, stream);
 }
 
+// The kernels' parameters for a checked problem.
+GemvParams gemv_params(const GemvProblem& pr) {
+  GemvParams p{};
+  p.x = pr.x;
+  p.ldx = pr.ldx;
+  p.weight = pr.weight;
+  p.bias = ParamVec{pr.bias, pr.bias_dtype};
+  p.out = pr.out;
+  p.ldo = pr.ldo;
+  p.out_f32 = pr.out_dtype == DType::kF32;
+  p.m = static_cast<int>(pr.m);
+  p.n = static_cast<int>(pr.n);
+  p.k = static_cast<int>(pr.k);
+  return p;
+}
+
 // Shared memory of the fused-norm launch: the partial sums of `warps` warps and x [m, k].
 size_t norm_smem_bytes(int64_t m, int64_t k, int warps) {
   return static_cast<size_t>(warps) * 4 * kWarpSize * sizeof(float) +
@@ -497,17 +513,7 @@ Status launch_gemv_norm(const GemvProblem& pr, const GemvNormProblem& norm, cuda
                       "gemv: the fused RMSNorm needs 16-byte aligned rows of x, the residuals, "
                       "the norm weight and normed");
   }
-  GemvParams p{};
-  p.x = pr.x;
-  p.ldx = pr.ldx;
-  p.weight = pr.weight;
-  p.bias = ParamVec{pr.bias, pr.bias_dtype};
-  p.out = pr.out;
-  p.ldo = pr.ldo;
-  p.out_f32 = pr.out_dtype == DType::kF32;
-  p.m = static_cast<int>(pr.m);
-  p.n = static_cast<int>(pr.n);
-  p.k = static_cast<int>(pr.k);
+  const GemvParams p = gemv_params(pr);
   GemvNorm nrm{};
   nrm.residual = norm.residual;
   nrm.ld_residual = norm.ld_residual;
@@ -562,17 +568,7 @@ Status launch_gemv(const GemvProblem& pr, const GemvLaunch& launch, cudaStream_t
                       "1 to {})",
                       launch.rows_per_block, launch.warps, kMaxWarps);
   }
-  GemvParams p{};
-  p.x = pr.x;
-  p.ldx = pr.ldx;
-  p.weight = pr.weight;
-  p.bias = ParamVec{pr.bias, pr.bias_dtype};
-  p.out = pr.out;
-  p.ldo = pr.ldo;
-  p.out_f32 = pr.out_dtype == DType::kF32;
-  p.m = static_cast<int>(pr.m);
-  p.n = static_cast<int>(pr.n);
-  p.k = static_cast<int>(pr.k);
+  const GemvParams p = gemv_params(pr);
 
   const size_t es = dtype_size(pr.dtype);
   // Every row of x and of the weight starts on a 16-byte boundary.
