@@ -51,13 +51,24 @@ Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual, c
                           float eps, bool unit_offset);
 // residual_out = residual + x, normed = RMSNorm(residual_out) (fused_add_rms_norm's numbers),
 // out = normed @ weight^T, in one launch: on CUDA, for the sizes add_rms_norm_linear_fits()
-// accepts (cuda::add_rms_norm_linear: narrow BF16 products of 1 or 2 rows, the MoE router at
-// decode); elsewhere kUnsupported, and the caller runs fused_add_rms_norm and linear instead.
+// accepts (cuda::add_rms_norm_linear: BF16 products of 1 or 2 rows, the MoE router and the
+// mixers' input projections at decode); elsewhere kUnsupported, and the caller runs
+// fused_add_rms_norm and linear instead. normed may be undefined: not stored.
 bool add_rms_norm_linear_fits(const ExecContext& ctx, const Tensor& x, const Tensor& norm_weight,
                               const Tensor& weight);
 Status add_rms_norm_linear(const ExecContext& ctx, const Tensor& x, const Tensor& residual,
                            const Tensor& norm_weight, float eps, bool unit_offset,
                            const Tensor& weight, Tensor& residual_out, Tensor& normed, Tensor& out);
+// The residual add and RMSNorm in front of a layer whose first product takes them in
+// (add_rms_norm_linear): residual_out = residual + x, the layer's input RMSNorm(residual_out).
+struct AddRmsNorm {
+  Tensor x;             // added to the residual stream (the last sub-layer's output)
+  Tensor residual;      // F32 [T, hidden], read
+  Tensor residual_out;  // F32 [T, hidden], written; overlaps neither x nor residual
+  Tensor weight;        // the norm's [hidden]
+  float eps = 1e-6f;
+  bool unit_offset = false;
+};
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src);
 Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out);
 // out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits). Block-scaled FP8

@@ -21,7 +21,9 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/gemm.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/norm.cuh"
+#include "backend/cuda/runtime.h"
 #include "cuda_device_util.h"
 #include "cuda_test_util.h"
 
@@ -333,24 +335,32 @@ TEST_F(GemvCuda, RejectsBadArguments) {
 // so residual_out, normed and out are the same bits; at 3072 (three chunks to a norm thread's
 // two) within rounding. The router's shape: 257 outputs (256 experts and the shared gate).
 TEST_F(GemvCuda, AddRmsNormLinearMatchesTheNormThenTheGemv) {
+  // Narrow outputs (the 257-row MoE router: 16-warp blocks, one a tile) and wide ones (the
+  // 35B-A3B GDN in_proj and attention q/k/v, a partial last tile, K = 1024: 8-warp blocks
+  // walking several tiles each), against the norm kernel and then the GEMV of the same launch
+  // shape; at K = 2048 and below the norm's sums are the norm kernel's, so the bits are equal.
   struct Case {
-    int64_t m, k;
+    int64_t m, n, k;
     bool unit_offset;
     bool bitwise;
+    bool store_normed;
   };
-  const int64_t n = 257;
-  for (const Case c : {Case{1, 2048, true, true}, Case{2, 2048, false, true},
-                       Case{1, 3072, true, false}, Case{2, 3072, true, false}}) {
-    SCOPED_TRACE(fmt::format("m {} k {}", c.m, c.k));
+  const int sms = cuda::multiprocessor_count(0);
+  for (const Case c :
+       {Case{1, 257, 2048, true, true, true}, Case{2, 257, 2048, false, true, true},
+        Case{1, 257, 3072, true, false, true}, Case{2, 257, 3072, true, false, true},
+        Case{1, 12352, 2048, true, true, false}, Case{2, 12352, 2048, true, true, true},
+        Case{1, 9216, 2048, false, true, true}, Case{2, 4100, 1024, true, true, true}}) {
+    SCOPED_TRACE(fmt::format("m {} n {} k {}", c.m, c.n, c.k));
     const Tensor x_host = random_tensor({c.m, c.k}, kBF16, rng_, 0.0f, 1.0f);
     const Tensor residual_host = random_tensor({c.m, c.k}, kF32, rng_, 0.0f, 4.0f);
     const Tensor x = to_device(x_host), residual = to_device(residual_host);
     const Tensor norm_w = to_device(random_tensor({c.k}, kBF16, rng_, 0.0f, 0.5f));
-    const Tensor w = to_device(random_tensor({n, c.k}, kBF16, rng_, 0.0f, 0.05f));
+    const Tensor w = to_device(random_tensor({c.n, c.k}, kBF16, rng_, 0.0f, 0.05f));
     ASSERT_TRUE(cuda::add_rms_norm_linear_fits(x, w));
     Tensor residual_out = to_device(cuda_test::fill_nan({c.m, c.k}, kF32));
-    Tensor normed = to_device(cuda_test::fill_nan({c.m, c.k}, kBF16));
-    Tensor out = to_device(cuda_test::fill_nan({c.m, n}, kF32));
+    Tensor normed = c.store_normed ? to_device(cuda_test::fill_nan({c.m, c.k}, kBF16)) : Tensor();
+    Tensor out = to_device(cuda_test::fill_nan({c.m, c.n}, kF32));
     Status s = cuda::add_rms_norm_linear(x, residual, norm_w, 1e-6f, c.unit_offset, w, residual_out,
                                          normed, out, nullptr);
     ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -358,13 +368,19 @@ TEST_F(GemvCuda, AddRmsNormLinearMatchesTheNormThenTheGemv) {
     Tensor ref_x = to_device(x_host), ref_residual = to_device(residual_host);
     ASSERT_TRUE(cuda::fused_add_rms_norm(ref_x, ref_residual, norm_w, 1e-6f, c.unit_offset, nullptr)
                     .is_ok());
-    Tensor ref_out = to_device(Tensor::empty({c.m, n}, kF32));
-    ASSERT_TRUE(cuda::gemv(ref_x, w, Tensor(), ref_out, nullptr).is_ok());
+    Tensor ref_out = to_device(Tensor::empty({c.m, c.n}, kF32));
+    auto problem = cuda::detail::gemv_problem("test", ref_x, w, Tensor(), ref_out);
+    ASSERT_TRUE(problem.has_value()) << problem.status().to_string();
+    ASSERT_TRUE(
+        cuda::detail::launch_gemv(*problem, cuda::detail::gemv_norm_launch(c.n, sms), nullptr)
+            .is_ok());
     const Tensor got_res = cuda_test::to_host_f32(residual_out);
     EXPECT_TRUE(cuda_test::same_values(got_res, cuda_test::to_host_f32(ref_residual)));
     if (c.bitwise) {
-      EXPECT_TRUE(
-          cuda_test::same_values(cuda_test::to_host_f32(normed), cuda_test::to_host_f32(ref_x)));
+      if (c.store_normed) {
+        EXPECT_TRUE(
+            cuda_test::same_values(cuda_test::to_host_f32(normed), cuda_test::to_host_f32(ref_x)));
+      }
       EXPECT_TRUE(
           cuda_test::same_values(cuda_test::to_host_f32(out), cuda_test::to_host_f32(ref_out)));
     } else {
@@ -383,18 +399,27 @@ TEST_F(GemvCuda, AddRmsNormLinearRefusesWhatItCannotRun) {
   Tensor residual_out = to_device(Tensor::empty({m, k}, kF32));
   Tensor normed = to_device(Tensor::empty({m, k}, kBF16));
   Tensor out = to_device(Tensor::empty({m, n}, kF32));
-  // Three rows, a wide product (8-warp blocks) and too short a row are not sizes it takes.
+  // Three rows, a wide product (8-warp blocks) of rows longer than its threads' 8-column
+  // chunks, and rows too short for every warp to have steps are not sizes it takes.
   EXPECT_FALSE(
       cuda::add_rms_norm_linear_fits(to_device(random_tensor({3, k}, kBF16, rng_, 0.0f, 1.0f)), w));
-  const Tensor wide = to_device(random_tensor({4096, k}, kBF16, rng_, 0.0f, 0.05f));
-  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x, wide));
+  const Tensor x_long = to_device(random_tensor({m, 3072}, kBF16, rng_, 0.0f, 1.0f));
+  const Tensor residual_long = to_device(random_tensor({m, 3072}, kF32, rng_, 0.0f, 1.0f));
+  const Tensor norm_long = to_device(random_tensor({3072}, kBF16, rng_, 0.0f, 0.5f));
+  const Tensor wide = to_device(random_tensor({4096, 3072}, kBF16, rng_, 0.0f, 0.05f));
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x_long, wide));
   Tensor wide_out = to_device(Tensor::empty({m, 4096}, kF32));
-  Status s = cuda::add_rms_norm_linear(x, residual, norm_w, 1e-6f, true, wide, residual_out, normed,
-                                       wide_out, nullptr);
+  Tensor residual_long_out = to_device(Tensor::empty({m, 3072}, kF32));
+  Tensor normed_long = to_device(Tensor::empty({m, 3072}, kBF16));
+  Status s = cuda::add_rms_norm_linear(x_long, residual_long, norm_long, 1e-6f, true, wide,
+                                       residual_long_out, normed_long, wide_out, nullptr);
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
   const Tensor x_short = to_device(random_tensor({m, 1024}, kBF16, rng_, 0.0f, 1.0f));
   const Tensor w_short = to_device(random_tensor({n, 1024}, kBF16, rng_, 0.0f, 0.05f));
   EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x_short, w_short));
+  const Tensor w_short_wide = to_device(random_tensor({4096, 512}, kBF16, rng_, 0.0f, 0.05f));
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(
+      to_device(random_tensor({m, 512}, kBF16, rng_, 0.0f, 1.0f)), w_short_wide));
   // In place is refused: every block reads x and residual whole.
   Tensor residual_alias = residual;
   s = cuda::add_rms_norm_linear(x, residual, norm_w, 1e-6f, true, w, residual_alias, normed, out,

@@ -575,11 +575,14 @@ Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor
                         t->to_string(), M, K);
     }
   }
-  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "normed", normed, x));
-  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "normed", normed, {DType::kBF16}));
-  if (normed.shape() != x.shape()) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: normed is {}, expected [{}, {}]", kOp,
-                      normed.to_string(), M, K);
+  const bool store_normed = normed.defined();
+  if (store_normed) {
+    VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "normed", normed, x));
+    VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "normed", normed, {DType::kBF16}));
+    if (normed.shape() != x.shape()) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: normed is {}, expected [{}, {}]", kOp,
+                        normed.to_string(), M, K);
+    }
   }
   VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "norm_weight", norm_weight, x));
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "norm_weight", norm_weight, {DType::kBF16}));
@@ -592,18 +595,24 @@ Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor
   VLLM_ASSIGN_OR_RETURN(detail::Rows x_rows, detail::as_rows(kOp, "x", x));
   VLLM_ASSIGN_OR_RETURN(detail::Rows res, detail::as_rows(kOp, "residual", residual));
   VLLM_ASSIGN_OR_RETURN(detail::Rows res_out, detail::as_rows(kOp, "residual_out", residual_out));
-  VLLM_ASSIGN_OR_RETURN(detail::Rows nrm, detail::as_rows(kOp, "normed", normed));
+  detail::Rows nrm{};
+  if (store_normed) {
+    VLLM_ASSIGN_OR_RETURN(nrm, detail::as_rows(kOp, "normed", normed));
+  }
   // Every block reads x and residual whole, and block 0 writes residual_out and normed.
   for (auto [name, rows, size] : {std::tuple<std::string_view, const detail::Rows*, size_t>{
                                       "residual_out", &res_out, sizeof(float)},
                                   {"normed", &nrm, sizeof(uint16_t)}}) {
+    if (rows->data == nullptr) continue;  // normed not stored
     VLLM_RETURN_IF_ERROR(
         detail::check_no_overlap(kOp, name, *rows, size, "x", x_rows, sizeof(uint16_t)));
     VLLM_RETURN_IF_ERROR(
         detail::check_no_overlap(kOp, name, *rows, size, "residual", res, sizeof(float)));
   }
-  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "residual_out", res_out, sizeof(float),
-                                                "normed", nrm, sizeof(uint16_t)));
+  if (store_normed) {
+    VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "residual_out", res_out, sizeof(float),
+                                                  "normed", nrm, sizeof(uint16_t)));
+  }
   if (!add_rms_norm_linear_fits(x, weight)) {
     return make_error(ErrorCode::kUnsupported,
                       "{}: [{}, {}] x [{}, {}]^T is not a size the fused GEMV takes "

@@ -33,6 +33,7 @@
 // f32 sum per (feature, row of x), and a warp sum at the end.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -51,6 +52,8 @@ constexpr int kMaxWarps = kWideBlockWarps;
 constexpr int kStepK = 32;     // k per step: 4 lanes x 8 elements
 constexpr int kTileRows = 16;  // weight rows of one m16n8k16 A tile
 constexpr int kStepLoads = 4;  // steps x row tiles per iteration: 8 weight loads per lane
+// Resident 8-warp blocks per SM of the fused norm's wide launches (kMinBlocks).
+constexpr int kNormWideBlocksPerSm = 3;
 constexpr int kF32Warps = 8;
 constexpr int kF32Rows = 2;    // output features per warp
 constexpr int kF32Unroll = 2;  // chunks of each feature in flight per lane
@@ -82,7 +85,7 @@ struct GemvNorm {
   float* residual_out;  // [m, k] at ld_residual_out
   int64_t ld_residual_out;
   const __nv_bfloat16* weight;  // [k]
-  __nv_bfloat16* normed;        // [m, k] at ld_normed
+  __nv_bfloat16* normed;        // [m, k] at ld_normed; null: not stored
   int64_t ld_normed;
   float eps;
   bool unit_offset;
@@ -179,7 +182,9 @@ __device__ void gemv_norm_prologue(const GemvParams& p, const GemvNorm& nrm, uin
       const uint4 yv = make_uint4(y[0], y[1], y[2], y[3]);
       *reinterpret_cast<uint4*>(xs + m * p.k + 8 * i) = yv;
       if (blockIdx.x == 0) {
-        *reinterpret_cast<uint4*>(nrm.normed + m * nrm.ld_normed + 8 * i) = yv;
+        if (nrm.normed != nullptr) {
+          *reinterpret_cast<uint4*>(nrm.normed + m * nrm.ld_normed + 8 * i) = yv;
+        }
         float4* ro = reinterpret_cast<float4*>(nrm.residual_out + m * nrm.ld_residual_out + 8 * i);
         ro[0] = make_float4(v[0], v[1], v[2], v[3]);
         ro[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -208,19 +213,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   const int g = lane / 4, t = lane % 4;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows * kRowTiles;
-
   const uint16_t* weight = static_cast<const uint16_t*>(p.weight);
-  const uint16_t* wrow[kRowTiles][2];
-#pragma unroll
-  for (int r = 0; r < kRowTiles; ++r) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int64_t row = row0 + kTileRows * r + 8 * h + g;
-      if (row >= p.n) row = p.n - 1;
-      wrow[r][h] = weight + row * p.k;
-    }
-  }
   const uint16_t* xrow[kNTiles];
   bool has_x[kNTiles];
 #pragma unroll
@@ -228,19 +221,6 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
     const int m = 8 * j + g;
     has_x[j] = m < p.m;
     xrow[j] = static_cast<const uint16_t*>(p.x) + (has_x[j] ? m : 0) * p.ldx;
-  }
-
-  // With one row tile, two sums per fragment (the two k halves of each step): every chain of
-  // dependent mma is then 4 long, so a warp reaches its next loads sooner.
-  constexpr int kSums = kRowTiles == 1 ? 2 : 1;
-  float acc[kRowTiles][kNTiles][kSums][4];
-#pragma unroll
-  for (int r = 0; r < kRowTiles; ++r) {
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4 * kSums; ++i) acc[r][j][i / 4][i % 4] = 0.0f;
-    }
   }
 
   // Shared memory: the warps' partial sums (the ending), then with kNorm the normalised x.
@@ -251,86 +231,126 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
 
   const int steps = static_cast<int>(ceil_div(p.k, kStepK));
   bool waited = false;
-  for (int s0 = warp * kSteps; s0 < steps; s0 += warps * kSteps) {  // warp-uniform
-    uint4 a[kSteps][kRowTiles][2];
-    uint4 b[kSteps][kNTiles];
+  // The block's tiles of kTileRows * kRowTiles output features: one, but with kNorm the grid
+  // may be smaller than the output (the wide launches normalise x once for several tiles).
+  // (The grid is never larger than the tiles.)
+  const int64_t tiles = ceil_div(p.n, kTileRows * kRowTiles);
+  for (int64_t tile = blockIdx.x;;) {  // block-uniform
+    const int64_t row0 = tile * kTileRows * kRowTiles;
+    const uint16_t* wrow[kRowTiles][2];
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepK + 8 * t;
+    for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) a[u][r][h] = load_chunk8<kVec, true>(wrow[r][h], k0, p.k);
+      for (int h = 0; h < 2; ++h) {
+        int64_t row = row0 + kTileRows * r + 8 * h + g;
+        if (row >= p.n) row = p.n - 1;
+        wrow[r][h] = weight + row * p.k;
       }
     }
-    if (!waited) {
+
+    // With one row tile, two sums per fragment (the two k halves of each step): every chain of
+    // dependent mma is then 4 long, so a warp soon reaches its next loads.
+    constexpr int kSums = kRowTiles == 1 ? 2 : 1;
+    float acc[kRowTiles][kNTiles][kSums][4];
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4 * kSums; ++i) acc[r][j][i / 4][i % 4] = 0.0f;
+      }
+    }
+
+    for (int s0 = warp * kSteps; s0 < steps; s0 += warps * kSteps) {  // warp-uniform
+      uint4 a[kSteps][kRowTiles][2];
+      uint4 b[kSteps][kNTiles];
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+        const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepK + 8 * t;
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) a[u][r][h] = load_chunk8<kVec, true>(wrow[r][h], k0, p.k);
+        }
+      }
+      if (!waited) {
+        pdl_wait();
+        pdl_launch_next();
+        waited = true;
+        if constexpr (kNorm) gemv_norm_prologue(p, nrm, xs, norm_scratch);
+      }
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+        const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepK + 8 * t;
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          if constexpr (kNorm) {
+            b[u][j] = has_x[j] && k0 < static_cast<uint32_t>(p.k)
+                          ? *reinterpret_cast<const uint4*>(xs + (8 * j + g) * p.k + k0)
+                          : make_uint4(0, 0, 0, 0);
+          } else {
+            b[u][j] =
+                has_x[j] ? load_chunk8<kVec, false>(xrow[j], k0, p.k) : make_uint4(0, 0, 0, 0);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+#pragma unroll
+        for (int r = 0; r < kRowTiles; ++r) {
+          const uint4& lo = a[u][r][0];  // row g
+          const uint4& hi = a[u][r][1];  // row g + 8
+          const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y};
+          const uint32_t a1[4] = {lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+            const uint32_t b0[2] = {b[u][j].x, b[u][j].y};
+            const uint32_t b1[2] = {b[u][j].z, b[u][j].w};
+            mma_m16n8k16_bf16(acc[r][j][0], a0, b0);
+            mma_m16n8k16_bf16(acc[r][j][kSums - 1], a1, b1);
+          }
+        }
+      }
+    }
+
+    if (!waited) {  // a warp with no steps (k shorter than the block's warps' share)
       pdl_wait();
       pdl_launch_next();
       waited = true;
-      if constexpr (kNorm) gemv_norm_prologue(p, nrm, xs, norm_scratch);
     }
+
+    // partial[warp][e], e = ((r * kNTiles + j) * 4 + i) * 32 + lane.
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepK + 8 * t;
+    for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
-        if constexpr (kNorm) {
-          b[u][j] = has_x[j] && k0 < static_cast<uint32_t>(p.k)
-                        ? *reinterpret_cast<const uint4*>(xs + (8 * j + g) * p.k + k0)
-                        : make_uint4(0, 0, 0, 0);
-        } else {
-          b[u][j] = has_x[j] ? load_chunk8<kVec, false>(xrow[j], k0, p.k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float sum = acc[r][j][0][i];
+          if constexpr (kSums == 2) sum += acc[r][j][1][i];
+          partial[(warp * kAcc + (r * kNTiles + j) * 4 + i) * kWarpSize + lane] = sum;
         }
       }
     }
-#pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-#pragma unroll
-      for (int r = 0; r < kRowTiles; ++r) {
-        const uint4& lo = a[u][r][0];  // row g
-        const uint4& hi = a[u][r][1];  // row g + 8
-        const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y};
-        const uint32_t a1[4] = {lo.z, hi.z, lo.w, hi.w};
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-          const uint32_t b0[2] = {b[u][j].x, b[u][j].y};
-          const uint32_t b1[2] = {b[u][j].z, b[u][j].w};
-          mma_m16n8k16_bf16(acc[r][j][0], a0, b0);
-          mma_m16n8k16_bf16(acc[r][j][kSums - 1], a1, b1);
-        }
-      }
+    __syncthreads();
+    for (int e = threadIdx.x; e < kAcc * kWarpSize; e += blockDim.x) {
+      const int l = e % kWarpSize, i = (e / kWarpSize) % 4, tile_index = e / (4 * kWarpSize);
+      const int r = tile_index / kNTiles, j = tile_index % kNTiles;
+      // C fragment (mma.cuh): c[i] is row g + 8 (i / 2), column 2t + i % 2 of the 16 x 8 tile.
+      const int64_t n = row0 + kTileRows * r + l / 4 + 8 * (i / 2);
+      const int m = 8 * j + 2 * (l % 4) + i % 2;
+      if (n >= p.n || m >= p.m) continue;
+      float sum = 0.0f;
+      for (int v = 0; v < warps; ++v) sum += partial[v * kAcc * kWarpSize + e];
+      store_out(p, m, n, sum + load_param(p.bias, n));
     }
-  }
-
-  if (!waited) {  // a warp with no steps (k shorter than the block's warps' share)
-    pdl_wait();
-    pdl_launch_next();
-  }
-
-  // partial[warp][e], e = ((r * kNTiles + j) * 4 + i) * 32 + lane.
-#pragma unroll
-  for (int r = 0; r < kRowTiles; ++r) {
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float sum = acc[r][j][0][i];
-        if constexpr (kSums == 2) sum += acc[r][j][1][i];
-        partial[(warp * kAcc + (r * kNTiles + j) * 4 + i) * kWarpSize + lane] = sum;
-      }
+    if constexpr (!kNorm) {
+      break;
+    } else {
+      tile += gridDim.x;
+      if (tile >= tiles) break;
+      __syncthreads();  // partial is read above
     }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < kAcc * kWarpSize; e += blockDim.x) {
-    const int l = e % kWarpSize, i = (e / kWarpSize) % 4, tile = e / (4 * kWarpSize);
-    const int r = tile / kNTiles, j = tile % kNTiles;
-    // C fragment (mma.cuh): c[i] is row g + 8 (i / 2), column 2t + i % 2 of the 16 x 8 tile.
-    const int64_t n = row0 + kTileRows * r + l / 4 + 8 * (i / 2);
-    const int m = 8 * j + 2 * (l % 4) + i % 2;
-    if (n >= p.n || m >= p.m) continue;
-    float sum = 0.0f;
-    for (int v = 0; v < warps; ++v) sum += partial[v * kAcc * kWarpSize + e];
-    store_out(p, m, n, sum + load_param(p.bias, n));
   }
 }
 
@@ -480,16 +500,21 @@ size_t norm_smem_bytes(int64_t m, int64_t k, int warps) {
 
 }  // namespace
 
+GemvLaunch gemv_norm_launch(int64_t n, int sm_count) {
+  GemvLaunch launch;
+  launch.rows_per_block = kTileRows;
+  launch.warps = ceil_div(n, kTileRows) <= sm_count ? kWideBlockWarps : kBlockWarps;
+  return launch;
+}
+
 bool gemv_norm_fits(int64_t m, int64_t n, int64_t k, int sm_count) {
-  const GemvLaunch launch = choose_gemv_launch(n, sm_count);
+  const GemvLaunch launch = gemv_norm_launch(n, sm_count);
   const int64_t threads = int64_t{launch.warps} * kWarpSize;
-  // Narrow outputs (16-row blocks of 16 warps: the MoE router), every thread at most one
-  // 8-column chunk of a row, every warp at least one round of steps (the prologue's barriers
-  // are in the first), x in the 48 KB of shared memory a launch gets without opting in. (With
-  // 8-warp blocks, three to an SM, ptxas spills the prologue.) At most kGemvNormMaxRows rows:
-  // the prologue normalises one row after another, an L2 round trip and two barriers each.
-  return launch.rows_per_block == kTileRows && launch.warps == kWideBlockWarps && m >= 1 &&
-         m <= kGemvNormMaxRows && k % 8 == 0 && k / 8 <= threads &&
+  // Every thread at most one 8-column chunk of a row, every warp at least one round of steps
+  // (the prologue's barriers are in the first), x in the 48 KB of shared memory a launch gets
+  // without opting in. At most kGemvNormMaxRows rows: the prologue normalises one row after
+  // another, an L2 round trip and two barriers each.
+  return m >= 1 && m <= kGemvNormMaxRows && k % 8 == 0 && k / 8 <= threads &&
          k >= int64_t{kStepK} * kStepLoads * launch.warps &&
          norm_smem_bytes(m, k, launch.warps) <= 48 * 1024 && n <= 0x7fffffff;
 }
@@ -502,12 +527,12 @@ Status launch_gemv_norm(const GemvProblem& pr, const GemvNormProblem& norm, cuda
                       "gemv_norm_fits() accepts (got {} [{}, {}] x [{}, {}]^T)",
                       dtype_name(pr.dtype), pr.m, pr.k, pr.n, pr.k);
   }
-  const bool aligned = is_aligned(pr.x, 16) && is_aligned(pr.weight, 16) &&
-                       (static_cast<size_t>(pr.ldx) * 2) % 16 == 0 &&
-                       is_aligned(norm.residual, 16) && norm.ld_residual % 4 == 0 &&
-                       is_aligned(norm.residual_out, 16) && norm.ld_residual_out % 4 == 0 &&
-                       is_aligned(norm.weight, 16) && is_aligned(norm.normed, 16) &&
-                       norm.ld_normed % 8 == 0;
+  const bool aligned =
+      is_aligned(pr.x, 16) && is_aligned(pr.weight, 16) &&
+      (static_cast<size_t>(pr.ldx) * 2) % 16 == 0 && is_aligned(norm.residual, 16) &&
+      norm.ld_residual % 4 == 0 && is_aligned(norm.residual_out, 16) &&
+      norm.ld_residual_out % 4 == 0 && is_aligned(norm.weight, 16) &&
+      (norm.normed == nullptr || (is_aligned(norm.normed, 16) && norm.ld_normed % 8 == 0));
   if (!aligned) {
     return make_error(ErrorCode::kInvalidArgument,
                       "gemv: the fused RMSNorm needs 16-byte aligned rows of x, the residuals, "
@@ -524,9 +549,18 @@ Status launch_gemv_norm(const GemvProblem& pr, const GemvNormProblem& norm, cuda
   nrm.ld_normed = norm.ld_normed;
   nrm.eps = norm.eps;
   nrm.unit_offset = norm.unit_offset;
-  const size_t smem = norm_smem_bytes(pr.m, pr.k, kWideBlockWarps);
-  return run(gemv_bf16_kernel<1, 1, true, kWideBlockWarps, true>, "gemv_bf16_norm_kernel",
-             ceil_div(p.n, kTileRows), kWideBlockWarps * kWarpSize, smem, p, stream, nrm);
+  const GemvLaunch launch = gemv_norm_launch(pr.n, sms);
+  const size_t smem = norm_smem_bytes(pr.m, pr.k, launch.warps);
+  const int64_t tiles = ceil_div(p.n, kTileRows);
+  if (launch.warps == kWideBlockWarps) {  // narrow: a block a tile, at most one per SM
+    return run(gemv_bf16_kernel<1, 1, true, kWideBlockWarps, true>, "gemv_bf16_norm_kernel", tiles,
+               kWideBlockWarps * kWarpSize, smem, p, stream, nrm);
+  }
+  // Wide: as many blocks as fit at once, each normalising x once and walking its tiles.
+  static_assert(kMinBlocks<1, 1, true, kBlockWarps> == kNormWideBlocksPerSm);
+  const int64_t blocks = std::min<int64_t>(tiles, int64_t{kNormWideBlocksPerSm} * sms);
+  return run(gemv_bf16_kernel<1, 1, true, kBlockWarps, true>, "gemv_bf16_norm_kernel", blocks,
+             kBlockWarps * kWarpSize, smem, p, stream, nrm);
 }
 
 GemvLaunch choose_gemv_launch(int64_t n, int sm_count) {

@@ -58,7 +58,7 @@ struct GemvNormProblem {
   float* residual_out = nullptr;  // [m, k], row stride ld_residual_out
   int64_t ld_residual_out = 0;
   const void* weight = nullptr;  // [k] BF16
-  void* normed = nullptr;        // [m, k] BF16, row stride ld_normed
+  void* normed = nullptr;        // [m, k] BF16, row stride ld_normed; null: not stored
   int64_t ld_normed = 0;
   float eps = 1e-6f;
   bool unit_offset = false;
@@ -66,6 +66,12 @@ struct GemvNormProblem {
 // Rows of x the fused norm takes. Measured on the H200 (35B-A3B decode step, the router): 0.05
 // ms shorter at 1 token, 0.015 at 2, 0.42 longer at 8 (the rows are normalised in turn).
 constexpr int64_t kGemvNormMaxRows = 2;
+// The launch shape of launch_gemv_norm for n output features: 16-row blocks of 16 warps, one
+// a tile, for outputs of at most one such block per SM (the MoE router); for wider ones
+// (the mixers' input projections) 16-row tiles of 8 warps over as many blocks as are resident
+// at once, each normalising x once for all its tiles. launch_gemv with this shape sums every
+// output in the same order.
+GemvLaunch gemv_norm_launch(int64_t n, int sm_count);
 // Whether launch_gemv_norm takes a BF16 product of these sizes on a GPU of sm_count SMs.
 bool gemv_norm_fits(int64_t m, int64_t n, int64_t k, int sm_count);
 // Queues the product with the norm in its prologue: one launch where the norm would take one

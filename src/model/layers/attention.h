@@ -42,8 +42,16 @@ class AttentionLayer {
   // x [T, hidden] -> out [T, hidden]; kv_cache is this layer's cache.
   Status forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in,
                  const Tensor& cos_sin_cache, Tensor& kv_cache, Tensor& out) const;
+  // As GdnLayer's: the residual add and input norm inside the q/k/v projection (no biases).
+  bool fuses_norm(const ExecContext& ctx, const Tensor& x, const Tensor& norm_weight) const;
+  Status forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm, const StepInputs& in,
+                          const Tensor& cos_sin_cache, Tensor& kv_cache, Tensor& out) const;
 
  private:
+  // forward() after the q/k/v projection: qkv [T, q_rows + 2 * kv_dim].
+  Status attend(const ExecContext& ctx, const Tensor& qkv, const StepInputs& in,
+                const Tensor& cos_sin_cache, Tensor& kv_cache, Tensor& out) const;
+
   AttentionSpec spec_;  // this rank's heads
   LinearWeight qkv_;    // [q_rows + 2 * kv_dim, hidden]
   Tensor qkv_bias_;     // [q_rows + 2 * kv_dim]

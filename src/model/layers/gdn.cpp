@@ -129,7 +129,7 @@ Status GdnLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInpu
                          Tensor& conv_state, Tensor& ssm_state, Tensor& out) const {
   const GdnSpec& s = spec_;
   const int64_t tokens = x.size(0), hv = s.num_value_heads;
-  const int64_t key_dim = s.key_dim(), value_dim = s.value_dim(), conv_dim = s.conv_dim();
+  const int64_t value_dim = s.value_dim(), conv_dim = s.conv_dim();
   VLLM_ASSIGN_OR_RETURN(Tensor proj, ctx.act({tokens, conv_dim + value_dim + 2 * hv}));
   if (in_proj_ba_.defined()) {
     Tensor qkvz = proj.slice(1, 0, conv_dim + value_dim);
@@ -139,6 +139,33 @@ Status GdnLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInpu
   } else {
     VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, in_proj_, Tensor(), proj));
   }
+  return mix(ctx, proj, in, conv_state, ssm_state, out);
+}
+
+bool GdnLayer::fuses_norm(const ExecContext& ctx, const Tensor& x,
+                          const Tensor& norm_weight) const {
+  return !in_proj_ba_.defined() && !in_proj_.is_fp8() &&
+         ops::add_rms_norm_linear_fits(ctx, x, norm_weight, in_proj_.weight);
+}
+
+Status GdnLayer::forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm,
+                                  const StepInputs& in, Tensor& conv_state, Tensor& ssm_state,
+                                  Tensor& out) const {
+  const GdnSpec& s = spec_;
+  VLLM_ASSIGN_OR_RETURN(
+      Tensor proj, ctx.act({norm.x.size(0), s.conv_dim() + s.value_dim() + 2 * s.num_value_heads}));
+  Tensor residual_out = norm.residual_out, normed;  // the normed x is not needed again
+  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm.x, norm.residual, norm.weight, norm.eps,
+                                                norm.unit_offset, in_proj_.weight, residual_out,
+                                                normed, proj));
+  return mix(ctx, proj, in, conv_state, ssm_state, out);
+}
+
+Status GdnLayer::mix(const ExecContext& ctx, const Tensor& proj, const StepInputs& in,
+                     Tensor& conv_state, Tensor& ssm_state, Tensor& out) const {
+  const GdnSpec& s = spec_;
+  const int64_t tokens = proj.size(0), hv = s.num_value_heads;
+  const int64_t key_dim = s.key_dim(), value_dim = s.value_dim(), conv_dim = s.conv_dim();
   Tensor z = proj.slice(1, conv_dim, conv_dim + value_dim);
   Tensor b = proj.slice(1, conv_dim + value_dim, conv_dim + value_dim + hv);
   Tensor a = proj.slice(1, conv_dim + value_dim + hv, conv_dim + value_dim + 2 * hv);

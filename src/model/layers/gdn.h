@@ -44,8 +44,20 @@ class GdnLayer {
   // x [T, hidden] -> out [T, hidden]; conv_state / ssm_state are this layer's state tensors.
   Status forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in, Tensor& conv_state,
                  Tensor& ssm_state, Tensor& out) const;
+  // Whether the input projection can take in the residual add and input norm in front of it
+  // (ops::add_rms_norm_linear_fits: CUDA decode batches of 1-2 rows); x is what forward_add_norm
+  // would get as norm.x.
+  bool fuses_norm(const ExecContext& ctx, const Tensor& x, const Tensor& norm_weight) const;
+  // forward() of RMSNorm(norm.residual + norm.x), the add and the norm inside the input
+  // projection; the new residual stream goes to norm.residual_out.
+  Status forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm, const StepInputs& in,
+                          Tensor& conv_state, Tensor& ssm_state, Tensor& out) const;
 
  private:
+  // forward() after the input projection: proj [T, conv_dim + value_dim + 2 * Hv].
+  Status mix(const ExecContext& ctx, const Tensor& proj, const StepInputs& in, Tensor& conv_state,
+             Tensor& ssm_state, Tensor& out) const;
+
   GdnSpec spec_;  // this rank's heads
   // [conv_dim + value_dim + 2 * Hv, hidden]: q | k | v | z | b | a; or, when b and a come in
   // another weight format than the rest (an FP8 checkpoint's BF16 in_proj_b / in_proj_a),

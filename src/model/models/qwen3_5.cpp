@@ -41,9 +41,9 @@ Expected<Tensor> HybridModel::compute(const StepInputs& in, ModelCache& cache) {
   // The residual stream stays in f32 between layers whatever the activation dtype; `h` is
   // each sub-layer's input (normalised) and the MLP's output, `m` the mixer's output.
   VLLM_ASSIGN_OR_RETURN(Tensor residual, ctx.alloc({tokens, hidden}, DType::kF32));
-  // Where an MoE block takes the post-attention norm into its router (MoeLayer::fuses_norm:
-  // CUDA decode batches), the residual stream moves to the other buffer: every block of that
-  // launch reads it whole.
+  // Where a mixer's input projection or an MoE block's router takes the norm in front of it
+  // (fuses_norm: CUDA decode batches), the residual stream moves to the other buffer: every
+  // block of that launch reads it whole.
   Tensor spare_residual;
   if (ctx.is_cuda() && tokens <= 8) {
     VLLM_ASSIGN_OR_RETURN(spare_residual, ctx.alloc({tokens, hidden}, DType::kF32));
@@ -57,11 +57,23 @@ Expected<Tensor> HybridModel::compute(const StepInputs& in, ModelCache& cache) {
     const HybridLayer& l = layers_[i];
     WorkspaceScope scope(ctx.workspace);  // this layer's intermediates
     // residual += h (the embedding, or the last MLP's output); h = input_layernorm(residual).
-    VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, h, residual, l.input_norm, eps, true));
+    // At decode the mixer's input projection may take both in (fuses_norm), the residual
+    // stream then moving to the other buffer.
     const auto ci = static_cast<size_t>(l.cache_index);
-    Status s = l.type == LayerType::kLinearAttention
-                   ? l.gdn.forward(ctx, h, in, cache.conv_state[ci], cache.ssm_state[ci], m)
-                   : l.attn.forward(ctx, h, in, cos_sin_cache_, cache.kv[ci], m);
+    const bool linear = l.type == LayerType::kLinearAttention;
+    Status s;
+    if (spare_residual.defined() && (linear ? l.gdn.fuses_norm(ctx, h, l.input_norm)
+                                            : l.attn.fuses_norm(ctx, h, l.input_norm))) {
+      const ops::AddRmsNorm norm{h, residual, spare_residual, l.input_norm, eps, true};
+      s = linear
+              ? l.gdn.forward_add_norm(ctx, norm, in, cache.conv_state[ci], cache.ssm_state[ci], m)
+              : l.attn.forward_add_norm(ctx, norm, in, cos_sin_cache_, cache.kv[ci], m);
+      std::swap(residual, spare_residual);
+    } else {
+      VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, h, residual, l.input_norm, eps, true));
+      s = linear ? l.gdn.forward(ctx, h, in, cache.conv_state[ci], cache.ssm_state[ci], m)
+                 : l.attn.forward(ctx, h, in, cos_sin_cache_, cache.kv[ci], m);
+    }
     if (!s.is_ok()) return s.with_context(fmt::format("layer {}", i));
     // residual += mixer output; m = post_attention_layernorm(residual).
     if (l.sparse && spare_residual.defined() && l.moe.fuses_norm(ctx, m, l.post_norm)) {
