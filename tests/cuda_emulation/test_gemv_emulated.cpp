@@ -107,9 +107,8 @@ TEST(GemvEmulated, TensorCoreKernelMatchesCpu) {
       {16, 19, 512}, {12, 64, 40}, {5, 100, 8}, {16, 1, 136},
   };
   for (const Case& c : cases) {
-    for (GemvLaunch launch :
-         {GemvLaunch{16, 8}, GemvLaunch{32, 3}, GemvLaunch{32, 1}, GemvLaunch{16, 2},
-          GemvLaunch{16, 16}, GemvLaunch{32, 11}}) {
+    for (GemvLaunch launch : {GemvLaunch{16, 8}, GemvLaunch{32, 3}, GemvLaunch{32, 1},
+                              GemvLaunch{16, 2}, GemvLaunch{16, 16}, GemvLaunch{32, 11}}) {
       run_case(c, &launch, rng);
     }
   }
@@ -199,6 +198,67 @@ TEST(GemvEmulated, LaunchShapeDependsOnTheFeatureCountOnly) {
   EXPECT_EQ(cuda::detail::choose_gemv_launch(2112, 132).warps, 16);
   EXPECT_EQ(cuda::detail::choose_gemv_launch(2113, 132).warps, 8);
   EXPECT_EQ(cuda::detail::choose_gemv_launch(257, 132).warps, 16);
+}
+
+// The residual add and RMSNorm inside the product (launch_gemv_norm) on the emulated GPU of 2
+// SMs: narrow outputs (at most 2 tiles: 16-warp blocks, a block a tile) and wide ones (8-warp
+// blocks walking several tiles each: K of one and of two rounds of steps per warp, and of
+// uneven rounds across warps, a partial last tile). residual_out exact,
+// normed against the CPU's fused_add_rms_norm, out bitwise the plain GEMV of the same launch
+// shape on that normed x.
+TEST(GemvEmulated, FusedNormMatchesTheNormThenTheGemv) {
+  struct NormCase {
+    int64_t m, n, k;
+  };
+  std::mt19937 rng(11);
+  for (const NormCase c : {NormCase{1, 24, 2048}, NormCase{2, 100, 1024}, NormCase{1, 200, 2048},
+                           NormCase{2, 72, 1536}}) {
+    SCOPED_TRACE(fmt::format("m {} n {} k {}", c.m, c.n, c.k));
+    ASSERT_TRUE(cuda::detail::gemv_norm_fits(c.m, c.n, c.k, 2));
+    const Tensor x = cuda_test::random_tensor({c.m, c.k}, kBF16, rng, 0.0f, 1.0f);
+    const Tensor residual = cuda_test::random_tensor({c.m, c.k}, kF32, rng, 0.0f, 4.0f);
+    const Tensor norm_w = cuda_test::random_tensor({c.k}, kBF16, rng, 0.0f, 0.5f);
+    const Tensor weight = cuda_test::random_tensor({c.n, c.k}, kBF16, rng, 0.0f, 0.05f);
+    Tensor residual_out = cuda_test::fill_nan({c.m, c.k}, kF32);
+    Tensor normed = cuda_test::fill_nan({c.m, c.k}, kBF16);
+    Tensor out = cuda_test::fill_nan({c.m, c.n}, kF32);
+    GemvProblem p;
+    p.dtype = kBF16;
+    p.out_dtype = kF32;
+    p.x = x.data_ptr();
+    p.ldx = c.k;
+    p.weight = weight.data_ptr();
+    p.out = out.data_ptr();
+    p.ldo = c.n;
+    p.m = c.m;
+    p.n = c.n;
+    p.k = c.k;
+    cuda::detail::GemvNormProblem np;
+    np.residual = residual.data<float>();
+    np.ld_residual = c.k;
+    np.residual_out = residual_out.data<float>();
+    np.ld_residual_out = c.k;
+    np.weight = norm_w.data_ptr();
+    np.normed = normed.data_ptr();
+    np.ld_normed = c.k;
+    np.eps = 1e-6f;
+    np.unit_offset = true;
+    Status s = cuda::detail::launch_gemv_norm(p, np, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+
+    Tensor ref_x = cuda_test::to_f32(x), ref_residual = residual.clone();
+    ASSERT_TRUE(cpu::fused_add_rms_norm(ref_x, ref_residual, norm_w, 1e-6f, true).is_ok());
+    EXPECT_TRUE(cuda_test::relative_l2(residual_out, ref_residual, 0.0));
+    EXPECT_TRUE(cuda_test::relative_l2(cuda_test::to_f32(normed), ref_x, 1e-2));
+    Tensor plain = cuda_test::fill_nan({c.m, c.n}, kF32);
+    GemvProblem q = p;
+    q.x = normed.data_ptr();
+    q.out = plain.data_ptr();
+    s = cuda::detail::launch_gemv(q, cuda::detail::gemv_norm_launch(c.n, 2), nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(std::memcmp(out.data_ptr(), plain.data_ptr(), out.nbytes()), 0)
+        << "the fused product differs from the GEMV on its normed rows";
+  }
 }
 
 }  // namespace

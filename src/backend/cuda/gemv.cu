@@ -223,11 +223,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
     xrow[j] = static_cast<const uint16_t*>(p.x) + (has_x[j] ? m : 0) * p.ldx;
   }
 
-  // Shared memory: the warps' partial sums (the ending), then with kNorm the normalised x.
+  // Shared memory: the warps' partial sums (the ending), then with kNorm the normalised x and
+  // the norm's scratch.
   extern __shared__ __align__(16) unsigned char gemv_smem[];
   float* partial = reinterpret_cast<float*>(gemv_smem);
   uint16_t* xs = reinterpret_cast<uint16_t*>(partial + warps * kAcc * kWarpSize);
-  __shared__ float norm_scratch[kNorm ? kWarpSize : 1];
+  float* norm_scratch = reinterpret_cast<float*>(xs + p.m * p.k);  // kNorm: 32 floats
 
   const int steps = static_cast<int>(ceil_div(p.k, kStepK));
   bool waited = false;
@@ -492,10 +493,11 @@ GemvParams gemv_params(const GemvProblem& pr) {
   return p;
 }
 
-// Shared memory of the fused-norm launch: the partial sums of `warps` warps and x [m, k].
+// Shared memory of the fused-norm launch: the partial sums of `warps` warps, x [m, k] and the
+// norm's 32 floats of scratch.
 size_t norm_smem_bytes(int64_t m, int64_t k, int warps) {
   return static_cast<size_t>(warps) * 4 * kWarpSize * sizeof(float) +
-         static_cast<size_t>(m * k) * sizeof(uint16_t);
+         static_cast<size_t>(m * k) * sizeof(uint16_t) + kWarpSize * sizeof(float);
 }
 
 }  // namespace
