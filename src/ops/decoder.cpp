@@ -93,6 +93,13 @@ Status add_rms_norm_linear(const ExecContext& ctx, const Tensor& x, const Tensor
   return unsupported("add_rms_norm_linear", out);
 }
 
+Status add_rms_norm_linear(const ExecContext& ctx, const AddRmsNorm& norm, const Tensor& weight,
+                           Tensor& out) {
+  Tensor residual_out = norm.residual_out, normed;  // normed undefined: not stored
+  return add_rms_norm_linear(ctx, norm.x, norm.residual, norm.weight, norm.eps, norm.unit_offset,
+                             weight, residual_out, normed, out);
+}
+
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src) {
   VLLM_PROFILE_SCOPE("add_inplace");
   if (dst.device().is_cpu()) return cpu::add_inplace(dst, src);

@@ -69,6 +69,10 @@ struct AddRmsNorm {
   float eps = 1e-6f;
   bool unit_offset = false;
 };
+// add_rms_norm_linear of `norm` into out = RMSNorm(norm.residual + norm.x) @ weight^T, the
+// normed rows not stored.
+Status add_rms_norm_linear(const ExecContext& ctx, const AddRmsNorm& norm, const Tensor& weight,
+                           Tensor& out);
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src);
 Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out);
 // out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits). Block-scaled FP8

@@ -71,31 +71,21 @@ Status AttentionLayer::load(WeightSource& w, const std::string& p, const Attenti
 
 Status AttentionLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in,
                                const Tensor& cos_sin_cache, Tensor& kv_cache, Tensor& out) const {
-  const AttentionSpec& s = spec_;
-  const int64_t q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
-  const int64_t q_rows = s.output_gate ? 2 * q_dim : q_dim;
-  VLLM_ASSIGN_OR_RETURN(Tensor qkv, ctx.act({x.size(0), q_rows + 2 * kv_dim}));
+  VLLM_ASSIGN_OR_RETURN(Tensor qkv, ctx.act({x.size(0), qkv_.size(0)}));
   VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, qkv_, qkv_bias_, qkv));
   return attend(ctx, qkv, in, cos_sin_cache, kv_cache, out);
 }
 
 bool AttentionLayer::fuses_norm(const ExecContext& ctx, const Tensor& x,
                                 const Tensor& norm_weight) const {
-  return !qkv_bias_.defined() && !qkv_.is_fp8() &&
-         ops::add_rms_norm_linear_fits(ctx, x, norm_weight, qkv_.weight);
+  return !qkv_bias_.defined() && ops::add_rms_norm_linear_fits(ctx, x, norm_weight, qkv_.weight);
 }
 
 Status AttentionLayer::forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm,
                                         const StepInputs& in, const Tensor& cos_sin_cache,
                                         Tensor& kv_cache, Tensor& out) const {
-  const AttentionSpec& s = spec_;
-  const int64_t q_dim = s.num_heads * s.head_dim, kv_dim = s.num_kv_heads * s.head_dim;
-  const int64_t q_rows = s.output_gate ? 2 * q_dim : q_dim;
-  VLLM_ASSIGN_OR_RETURN(Tensor qkv, ctx.act({norm.x.size(0), q_rows + 2 * kv_dim}));
-  Tensor residual_out = norm.residual_out, normed;  // the normed x is not needed again
-  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm.x, norm.residual, norm.weight, norm.eps,
-                                                norm.unit_offset, qkv_.weight, residual_out, normed,
-                                                qkv));
+  VLLM_ASSIGN_OR_RETURN(Tensor qkv, ctx.act({norm.x.size(0), qkv_.size(0)}));
+  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, qkv_.weight, qkv));
   return attend(ctx, qkv, in, cos_sin_cache, kv_cache, out);
 }
 

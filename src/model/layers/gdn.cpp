@@ -144,20 +144,16 @@ Status GdnLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInpu
 
 bool GdnLayer::fuses_norm(const ExecContext& ctx, const Tensor& x,
                           const Tensor& norm_weight) const {
-  return !in_proj_ba_.defined() && !in_proj_.is_fp8() &&
+  return !in_proj_ba_.defined() &&
          ops::add_rms_norm_linear_fits(ctx, x, norm_weight, in_proj_.weight);
 }
 
 Status GdnLayer::forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm,
                                   const StepInputs& in, Tensor& conv_state, Tensor& ssm_state,
                                   Tensor& out) const {
-  const GdnSpec& s = spec_;
-  VLLM_ASSIGN_OR_RETURN(
-      Tensor proj, ctx.act({norm.x.size(0), s.conv_dim() + s.value_dim() + 2 * s.num_value_heads}));
-  Tensor residual_out = norm.residual_out, normed;  // the normed x is not needed again
-  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm.x, norm.residual, norm.weight, norm.eps,
-                                                norm.unit_offset, in_proj_.weight, residual_out,
-                                                normed, proj));
+  // One fused weight (fuses_norm): its rows are the whole projection.
+  VLLM_ASSIGN_OR_RETURN(Tensor proj, ctx.act({norm.x.size(0), in_proj_.size(0)}));
+  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, in_proj_.weight, proj));
   return mix(ctx, proj, in, conv_state, ssm_state, out);
 }
 
