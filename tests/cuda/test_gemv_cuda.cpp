@@ -331,14 +331,15 @@ TEST_F(GemvCuda, RejectsBadArguments) {
 }
 
 // cuda::add_rms_norm_linear against the two launches it replaces (fused_add_rms_norm, then
-// gemv on its output): at hidden 2048 the same threads add the same squares in the same order,
-// so residual_out, normed and out are the same bits; at 3072 (three chunks to a norm thread's
-// two) within rounding. The router's shape: 257 outputs (256 experts and the shared gate).
+// gemv on its output): up to hidden 8192 the norm's 256 threads add the same squares in the
+// same order as the norm kernel's decode launch, so residual_out, normed and out are the same
+// bits. The router's shape: 257 outputs (256 experts and the shared gate).
 TEST_F(GemvCuda, AddRmsNormLinearMatchesTheNormThenTheGemv) {
   // Narrow outputs (the 257-row MoE router: 16-warp blocks, one a tile) and wide ones (the
-  // 35B-A3B GDN in_proj and attention q/k/v, a partial last tile, K = 1024: 8-warp blocks
-  // walking several tiles each), against the norm kernel and then the GEMV of the same launch
-  // shape; at K = 2048 and below the norm's sums are the norm kernel's, so the bits are equal.
+  // 35B-A3B GDN in_proj and attention q/k/v, a partial last tile, K = 1024; Qwen3.5-4B's
+  // in_proj, q/k/v and gate/up at hidden 2560: 8-warp blocks walking several tiles each; narrow
+  // ones up to hidden 8192), against the norm kernel and then the GEMV of the same launch
+  // shape.
   struct Case {
     int64_t m, n, k;
     bool unit_offset;
@@ -348,9 +349,12 @@ TEST_F(GemvCuda, AddRmsNormLinearMatchesTheNormThenTheGemv) {
   const int sms = cuda::multiprocessor_count(0);
   for (const Case c :
        {Case{1, 257, 2048, true, true, true}, Case{2, 257, 2048, false, true, true},
-        Case{1, 257, 3072, true, false, true}, Case{2, 257, 3072, true, false, true},
+        Case{1, 257, 3072, true, true, true}, Case{2, 257, 3072, true, true, true},
         Case{1, 12352, 2048, true, true, false}, Case{2, 12352, 2048, true, true, true},
-        Case{1, 9216, 2048, false, true, true}, Case{2, 4100, 1024, true, true, true}}) {
+        Case{1, 9216, 2048, false, true, true}, Case{2, 4100, 1024, true, true, true},
+        Case{1, 12352, 2560, true, true, false}, Case{1, 10240, 2560, true, true, true},
+        Case{1, 18432, 2560, true, true, false}, Case{2, 257, 5120, true, true, true},
+        Case{2, 2000, 8192, false, true, true}}) {
     SCOPED_TRACE(fmt::format("m {} n {} k {}", c.m, c.n, c.k));
     const Tensor x_host = random_tensor({c.m, c.k}, kBF16, rng_, 0.0f, 1.0f);
     const Tensor residual_host = random_tensor({c.m, c.k}, kF32, rng_, 0.0f, 4.0f);
@@ -399,18 +403,29 @@ TEST_F(GemvCuda, AddRmsNormLinearRefusesWhatItCannotRun) {
   Tensor residual_out = to_device(Tensor::empty({m, k}, kF32));
   Tensor normed = to_device(Tensor::empty({m, k}, kBF16));
   Tensor out = to_device(Tensor::empty({m, n}, kF32));
-  // Three rows, a wide product (8-warp blocks) of rows longer than its threads' 8-column
-  // chunks, and rows too short for every warp to have steps are not sizes it takes.
+  // Three rows, rows longer than the norm threads' 4 chunks of 8 columns (hidden > 8192), and
+  // rows too short for every warp to have steps are not sizes it takes.
   EXPECT_FALSE(
       cuda::add_rms_norm_linear_fits(to_device(random_tensor({3, k}, kBF16, rng_, 0.0f, 1.0f)), w));
-  const Tensor x_long = to_device(random_tensor({m, 3072}, kBF16, rng_, 0.0f, 1.0f));
-  const Tensor residual_long = to_device(random_tensor({m, 3072}, kF32, rng_, 0.0f, 1.0f));
-  const Tensor norm_long = to_device(random_tensor({3072}, kBF16, rng_, 0.0f, 0.5f));
-  const Tensor wide = to_device(random_tensor({4096, 3072}, kBF16, rng_, 0.0f, 0.05f));
+  constexpr int64_t kLong = 8200;
+  const Tensor x_long = to_device(random_tensor({m, kLong}, kBF16, rng_, 0.0f, 1.0f));
+  const Tensor residual_long = to_device(random_tensor({m, kLong}, kF32, rng_, 0.0f, 1.0f));
+  const Tensor norm_long = to_device(random_tensor({kLong}, kBF16, rng_, 0.0f, 0.5f));
+  const Tensor wide = to_device(random_tensor({4096, kLong}, kBF16, rng_, 0.0f, 0.05f));
   EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x_long, wide));
+  // Wide products past hidden 2560 (2048 at two rows) stay on cuBLASLt (kNormWideMaxK), narrow
+  // ones do not.
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(
+      to_device(random_tensor({2, 2560}, kBF16, rng_, 0.0f, 1.0f)),
+      to_device(random_tensor({12352, 2560}, kBF16, rng_, 0.0f, 0.05f))));
+  const Tensor x5120 = to_device(random_tensor({1, 5120}, kBF16, rng_, 0.0f, 1.0f));
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(
+      x5120, to_device(random_tensor({16480, 5120}, kBF16, rng_, 0.0f, 0.05f))));
+  EXPECT_TRUE(cuda::add_rms_norm_linear_fits(
+      x5120, to_device(random_tensor({257, 5120}, kBF16, rng_, 0.0f, 0.05f))));
   Tensor wide_out = to_device(Tensor::empty({m, 4096}, kF32));
-  Tensor residual_long_out = to_device(Tensor::empty({m, 3072}, kF32));
-  Tensor normed_long = to_device(Tensor::empty({m, 3072}, kBF16));
+  Tensor residual_long_out = to_device(Tensor::empty({m, kLong}, kF32));
+  Tensor normed_long = to_device(Tensor::empty({m, kLong}, kBF16));
   Status s = cuda::add_rms_norm_linear(x_long, residual_long, norm_long, 1e-6f, true, wide,
                                        residual_long_out, normed_long, wide_out, nullptr);
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();

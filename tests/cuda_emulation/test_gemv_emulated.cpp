@@ -212,7 +212,8 @@ TEST(GemvEmulated, FusedNormMatchesTheNormThenTheGemv) {
   };
   std::mt19937 rng(11);
   for (const NormCase c : {NormCase{1, 24, 2048}, NormCase{2, 100, 1024}, NormCase{1, 200, 2048},
-                           NormCase{2, 72, 1536}}) {
+                           NormCase{2, 72, 1536}, NormCase{1, 40, 2560}, NormCase{2, 24, 5120},
+                           NormCase{1, 30, 8192}}) {
     SCOPED_TRACE(fmt::format("m {} n {} k {}", c.m, c.n, c.k));
     ASSERT_TRUE(cuda::detail::gemv_norm_fits(c.m, c.n, c.k, 2));
     const Tensor x = cuda_test::random_tensor({c.m, c.k}, kBF16, rng, 0.0f, 1.0f);

@@ -87,9 +87,10 @@ Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& o
 // residual_out F32 [M, K], norm_weight BF16 [K], weight BF16 [N, K], normed BF16 [M, K] or
 // undefined (not stored), out [M, N] BF16 or F32; residual_out and normed must not overlap x,
 // residual or each other. Only the sizes add_rms_norm_linear_fits() accepts (products of 1 or
-// 2 rows at K = 1024-2048 with 8-warp blocks, or up to 4096 for outputs narrow enough for
-// 16-warp blocks: the MoE router and the mixers' input projections at decode, gemv.cuh);
-// others are kUnsupported, for the caller to run the two ops.
+// 2 rows at K = 1024-2048 with 8-warp blocks (2560 for 1 row), or up to 8192 for outputs
+// narrow enough for 16-warp blocks: the MoE router, the mixers' input projections and the
+// dense MLP's gate/up at decode, gemv.cuh); others are kUnsupported, for the caller to run the
+// two ops.
 bool add_rms_norm_linear_fits(const Tensor& x, const Tensor& weight);
 Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
                            float eps, bool unit_offset, const Tensor& weight, Tensor& residual_out,

@@ -54,13 +54,26 @@ constexpr int kTileRows = 16;  // weight rows of one m16n8k16 A tile
 constexpr int kStepLoads = 4;  // steps x row tiles per iteration: 8 weight loads per lane
 // Resident 8-warp blocks per SM of the fused norm's wide launches (kMinBlocks).
 constexpr int kNormWideBlocksPerSm = 3;
+// The fused norm's prologue: rms_norm_kernel's decode block of 256 threads (norm.cu), each
+// summing up to 4 chunks of 8 columns (columns [8 i, 8 i + 8) for i = thread + 256 c), so
+// hidden sizes up to 8192 are normalised with that kernel's sums in its order.
+constexpr int kNormThreads = 256;
+constexpr int kNormChunks = 4;
+// Hidden sizes up to which the wide launches (8-warp blocks walking several tiles) take the
+// norm: their products then leave cuBLASLt for the GEMV, which reads these wider matrices
+// slower than cuBLASLt does, so the launch saved pays only for the smaller ones. Measured on
+// the H200 (decode steps): 35B-A3B (2048) 0.075 ms shorter at 1 row and 0.03 at 2;
+// Qwen3.5-4B (2560) 0.04 ms shorter at 1 row, 0.05 longer at 2; Qwen3.5-27B (5120) 0.58 ms
+// longer at 1 row.
+constexpr int64_t kNormWideMaxK = 2560;   // one row
+constexpr int64_t kNormWideMaxK2 = 2048;  // two rows
 constexpr int kF32Warps = 8;
 constexpr int kF32Rows = 2;    // output features per warp
 constexpr int kF32Unroll = 2;  // chunks of each feature in flight per lane
 
 #if defined(VLLM_CUDA_EMULATION)
-// The emulated blocks' shared memory (tests/cuda_emulation): the largest reduction buffer.
-alignas(16) unsigned char gemv_smem[kMaxWarps * 2 * 2 * 4 * kWarpSize * sizeof(float)];
+// The emulated blocks' shared memory (tests/cuda_emulation): the 48 KB a launch may take.
+alignas(16) unsigned char gemv_smem[48 * 1024];
 #endif
 
 struct GemvParams {
@@ -138,33 +151,50 @@ __device__ __forceinline__ float gemv_block_sum(float v, float* scratch) {
   return total;
 }
 
-// GemvNorm's prologue, by every thread of the block (launch_gemv_norm: k / 8 <= threads, k a
-// multiple of 8, 16-byte aligned rows): the m normalised rows of x into xs [m, k].
+// GemvNorm's prologue, by every thread of the block (launch_gemv_norm: k a multiple of 8 and
+// at most 8 * kNormThreads * kNormChunks, 16-byte aligned rows): the m normalised rows of x
+// into xs [m, k]. Threads past kNormThreads only take part in the barriers. Two passes over
+// each row: the sums of squares, then residual + x again (from L1) for the scaled values.
 __device__ void gemv_norm_prologue(const GemvParams& p, const GemvNorm& nrm, uint16_t* xs,
                                    float* scratch) {
-  const int i = threadIdx.x;  // this thread's 8 columns [8 i, 8 i + 8)
-  const bool mine = 8 * i < p.k;
+  const int i0 = threadIdx.x;  // this thread's chunks: columns [8 i, 8 i + 8), i = i0 + 256 c
+  const bool norm_thread = i0 < kNormThreads;
+  // residual + x at chunk i of row m, in F32.
+  auto load_sum = [&](int m, int i, float(&v)[8]) {
+    const uint4 xv = load_input16(static_cast<const uint16_t*>(p.x) + m * p.ldx + 8 * i);
+    const float4* r = reinterpret_cast<const float4*>(nrm.residual + m * nrm.ld_residual + 8 * i);
+    const float4 r0 = r[0], r1 = r[1];
+    const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+    const float rs[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const uint32_t bits = e % 2 == 0 ? xw[e / 2] << 16 : xw[e / 2] & 0xffff0000u;
+      v[e] = __uint_as_float(bits) + rs[e];
+    }
+  };
   for (int m = 0; m < p.m; ++m) {
-    float v[8];
     float sum = 0.0f;
-    if (mine) {
-      const uint4 xv = load_input16(static_cast<const uint16_t*>(p.x) + m * p.ldx + 8 * i);
-      const float4* r = reinterpret_cast<const float4*>(nrm.residual + m * nrm.ld_residual + 8 * i);
-      const float4 r0 = r[0], r1 = r[1];
-      const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
-      const float rs[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
+    if (norm_thread) {
+#pragma unroll 1
+      for (int c = 0; c < kNormChunks; ++c) {
+        const int i = i0 + c * kNormThreads;
+        if (8 * i >= p.k) break;
+        float v[8];
+        load_sum(m, i, v);
+        float s = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const uint32_t bits = e % 2 == 0 ? xw[e / 2] << 16 : xw[e / 2] & 0xffff0000u;
-        v[e] = __uint_as_float(bits) + rs[e];
+        for (int e = 0; e < 8; ++e) s += v[e] * v[e];
+        sum += s;
       }
-      float s = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) s += v[e] * v[e];
-      sum = s;
     }
     const float inv_rms = 1.0f / sqrtf(gemv_block_sum(sum, scratch) / p.k + nrm.eps);
-    if (mine) {
+    if (!norm_thread) continue;
+#pragma unroll 1
+    for (int c = 0; c < kNormChunks; ++c) {
+      const int i = i0 + c * kNormThreads;
+      if (8 * i >= p.k) break;
+      float v[8];
+      load_sum(m, i, v);
       const uint4 wv = load_weight16(nrm.weight + 8 * i);
       const uint32_t ww[4] = {wv.x, wv.y, wv.z, wv.w};
       uint32_t y[4];
@@ -511,12 +541,16 @@ GemvLaunch gemv_norm_launch(int64_t n, int sm_count) {
 
 bool gemv_norm_fits(int64_t m, int64_t n, int64_t k, int sm_count) {
   const GemvLaunch launch = gemv_norm_launch(n, sm_count);
-  const int64_t threads = int64_t{launch.warps} * kWarpSize;
-  // Every thread at most one 8-column chunk of a row, every warp at least one round of steps
-  // (the prologue's barriers are in the first), x in the 48 KB of shared memory a launch gets
-  // without opting in. At most kGemvNormMaxRows rows: the prologue normalises one row after
-  // another, an L2 round trip and two barriers each.
-  return m >= 1 && m <= kGemvNormMaxRows && k % 8 == 0 && k / 8 <= threads &&
+  // At most kNormChunks 8-column chunks of a row per norm thread (hidden sizes up to 8192, where
+  // rms_norm_kernel's decode launch has the same 256 threads), and up to kNormWideMaxK(2) for
+  // the wide launches; every warp at least one round of steps (the prologue's barriers are in the
+  // first), x in the 48 KB of shared memory a launch gets without opting in. At most
+  // kGemvNormMaxRows rows: the prologue normalises one row after another, an L2 round trip and
+  // two barriers each.
+  const bool wide = launch.warps == kBlockWarps;
+  return m >= 1 && m <= kGemvNormMaxRows && k % 8 == 0 &&
+         k / 8 <= int64_t{kNormThreads} * kNormChunks &&
+         (!wide || k <= (m == 1 ? kNormWideMaxK : kNormWideMaxK2)) &&
          k >= int64_t{kStepK} * kStepLoads * launch.warps &&
          norm_smem_bytes(m, k, launch.warps) <= 48 * 1024 && n <= 0x7fffffff;
 }

@@ -28,10 +28,25 @@ Status MlpLayer::load(WeightSource& w, const std::string& p, int64_t hidden, int
 }
 
 Status MlpLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const {
-  const int64_t tokens = x.size(0), inter = down_.size(1);
-  VLLM_ASSIGN_OR_RETURN(Tensor gate_up, ctx.act({tokens, 2 * inter}));
-  VLLM_ASSIGN_OR_RETURN(Tensor act, ctx.act({tokens, inter}));
+  VLLM_ASSIGN_OR_RETURN(Tensor gate_up, ctx.act({x.size(0), gate_up_.size(0)}));
   VLLM_RETURN_IF_ERROR(ops::linear(ctx, x, gate_up_, Tensor(), gate_up));
+  return down(ctx, gate_up, out);
+}
+
+bool MlpLayer::fuses_norm(const ExecContext& ctx, const Tensor& x,
+                          const Tensor& norm_weight) const {
+  return ops::add_rms_norm_linear_fits(ctx, x, norm_weight, gate_up_.weight);
+}
+
+Status MlpLayer::forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm,
+                                  Tensor& out) const {
+  VLLM_ASSIGN_OR_RETURN(Tensor gate_up, ctx.act({norm.x.size(0), gate_up_.size(0)}));
+  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, gate_up_.weight, gate_up));
+  return down(ctx, gate_up, out);
+}
+
+Status MlpLayer::down(const ExecContext& ctx, const Tensor& gate_up, Tensor& out) const {
+  VLLM_ASSIGN_OR_RETURN(Tensor act, ctx.act({gate_up.size(0), down_.size(1)}));
   VLLM_RETURN_IF_ERROR(ops::silu_and_mul(ctx, gate_up, act));
   VLLM_RETURN_IF_ERROR(ops::linear(ctx, act, down_, Tensor(), out));
   return reduce_results_ ? ops::all_reduce(ctx, out) : Status::ok();

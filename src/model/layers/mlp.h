@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "model/weights.h"
 #include "ops/exec_context.h"
+#include "ops/ops.h"
 
 namespace vllm {
 
@@ -23,6 +24,13 @@ class MlpLayer {
               const ExecContext& ctx, bool reduce_results = true);
   // x [T, H] -> out [T, H].
   Status forward(const ExecContext& ctx, const Tensor& x, Tensor& out) const;
+  // Whether the gate/up product can take the residual add and RMSNorm in front of it
+  // (ops::add_rms_norm_linear_fits: CUDA decode batches of 1-2 rows); x is what
+  // forward_add_norm would add to the residual stream.
+  bool fuses_norm(const ExecContext& ctx, const Tensor& x, const Tensor& norm_weight) const;
+  // forward() of RMSNorm(norm.residual + norm.x), the residual sum stored in norm.residual_out,
+  // the norm run inside the gate/up product. Only where fuses_norm() says so.
+  Status forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm, Tensor& out) const;
 
   // Weights from elsewhere (this rank's shard): gate_up [2I, H] (gate rows, then up rows),
   // down [H, I]; forward leaves partial sums.
@@ -35,6 +43,9 @@ class MlpLayer {
   bool loaded() const { return down_.defined(); }
 
  private:
+  // out = down(silu_and_mul(gate_up)), all-reduced unless the caller reduces it.
+  Status down(const ExecContext& ctx, const Tensor& gate_up, Tensor& out) const;
+
   LinearWeight gate_up_;  // [2I, H]: gate rows then up rows
   LinearWeight down_;     // [H, I]
   bool reduce_results_ = true;

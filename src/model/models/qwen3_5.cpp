@@ -41,9 +41,9 @@ Expected<Tensor> HybridModel::compute(const StepInputs& in, ModelCache& cache) {
   // The residual stream stays in f32 between layers whatever the activation dtype; `h` is
   // each sub-layer's input (normalised) and the MLP's output, `m` the mixer's output.
   VLLM_ASSIGN_OR_RETURN(Tensor residual, ctx.alloc({tokens, hidden}, DType::kF32));
-  // Where a mixer's input projection or an MoE block's router takes the norm in front of it
-  // (fuses_norm: CUDA decode batches), the residual stream moves to the other buffer: every
-  // block of that launch reads it whole.
+  // Where a mixer's input projection, an MoE block's router or an MLP's gate/up product takes
+  // the norm in front of it (fuses_norm: CUDA decode batches), the residual stream moves to
+  // the other buffer: every block of that launch reads it whole.
   Tensor spare_residual;
   if (ctx.is_cuda() && tokens <= 8) {
     VLLM_ASSIGN_OR_RETURN(spare_residual, ctx.alloc({tokens, hidden}, DType::kF32));
@@ -76,8 +76,12 @@ Expected<Tensor> HybridModel::compute(const StepInputs& in, ModelCache& cache) {
     }
     if (!s.is_ok()) return s.with_context(fmt::format("layer {}", i));
     // residual += mixer output; m = post_attention_layernorm(residual).
-    if (l.sparse && spare_residual.defined() && l.moe.fuses_norm(ctx, m, l.post_norm)) {
-      s = l.moe.forward_add_norm(ctx, m, residual, l.post_norm, eps, true, spare_residual, h);
+    if (spare_residual.defined() && (l.sparse ? l.moe.fuses_norm(ctx, m, l.post_norm)
+                                              : l.mlp.fuses_norm(ctx, m, l.post_norm))) {
+      s = l.sparse
+              ? l.moe.forward_add_norm(ctx, m, residual, l.post_norm, eps, true, spare_residual, h)
+              : l.mlp.forward_add_norm(
+                    ctx, ops::AddRmsNorm{m, residual, spare_residual, l.post_norm, eps, true}, h);
       std::swap(residual, spare_residual);
     } else {
       VLLM_RETURN_IF_ERROR(ops::fused_add_rms_norm(ctx, m, residual, l.post_norm, eps, true));
