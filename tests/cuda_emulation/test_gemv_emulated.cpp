@@ -193,10 +193,13 @@ TEST(GemvEmulated, LaunchShapeDependsOnTheFeatureCountOnly) {
   EXPECT_EQ(cuda::detail::choose_gemv_launch(5120, 132).rows_per_block, 16);
   EXPECT_EQ(cuda::detail::choose_gemv_launch(10240, 132).rows_per_block, 32);
   EXPECT_EQ(cuda::detail::choose_gemv_launch(248320, 132).rows_per_block, 32);
-  // 16 warps while the 16-row blocks are at most one per SM.
-  EXPECT_EQ(cuda::detail::choose_gemv_launch(2560, 132).warps, 8);
+  // 16 warps while the 16-row blocks are at most one per SM, 12 up to two, then 8.
+  EXPECT_EQ(cuda::detail::choose_gemv_launch(2560, 132).warps, 12);
   EXPECT_EQ(cuda::detail::choose_gemv_launch(2112, 132).warps, 16);
-  EXPECT_EQ(cuda::detail::choose_gemv_launch(2113, 132).warps, 8);
+  EXPECT_EQ(cuda::detail::choose_gemv_launch(2113, 132).warps, 12);
+  EXPECT_EQ(cuda::detail::choose_gemv_launch(4224, 132).warps, 12);
+  EXPECT_EQ(cuda::detail::choose_gemv_launch(4225, 132).warps, 8);
+  EXPECT_EQ(cuda::detail::choose_gemv_launch(10240, 132).warps, 8);
   EXPECT_EQ(cuda::detail::choose_gemv_launch(257, 132).warps, 16);
 }
 

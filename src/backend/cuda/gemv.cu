@@ -8,7 +8,8 @@
 // takes steps [w S, w S + S), then [(w + W) S, ...), and so on, with S = 4 / row tiles, so
 // each lane issues 8 16-byte weight loads (4 KB per warp) before it multiplies; 2-3 blocks
 // of 8 warps per SM keep 64-96 KB in flight there (outputs too narrow for more than one
-// 16-row block per SM take blocks of 16 warps instead). The product is mma.sync m16n8k16 (mma.cuh)
+// 16-row block per SM take blocks of 16 warps instead, and those of one to two such blocks
+// per SM blocks of 12, two of which fit an SM). The product is mma.sync m16n8k16 (mma.cuh)
 // with a weight tile as A (16 rows) and x^T as B (8 rows of x per n8 tile; one tile for
 // M <= 8, two for M <= 16): at M = 16 a CUDA-core GEMV needs as many FMAs per weight byte as
 // an SM can issue, the tensor cores two instructions per 16 x 32 x 8 products. With one row
@@ -48,6 +49,7 @@ namespace {
 constexpr int kMaxRows = static_cast<int>(kGemvMaxRows);
 constexpr int kBlockWarps = 8;       // warps of a block, unless the output is narrow
 constexpr int kWideBlockWarps = 16;  // for outputs of at most one 16-row block per SM
+constexpr int kMidBlockWarps = 12;   // for outputs of one to two 16-row blocks per SM (two fit)
 constexpr int kMaxWarps = kWideBlockWarps;
 constexpr int kStepK = 32;     // k per step: 4 lanes x 8 elements
 constexpr int kTileRows = 16;  // weight rows of one m16n8k16 A tile
@@ -227,9 +229,11 @@ __device__ void gemv_norm_prologue(const GemvParams& p, const GemvNorm& nrm, uin
 // Blocks of 8 warps resident per SM that the register budget must allow: 3 (<= 80 registers)
 // where ptxas then needs no spills, else 2 (<= 128). Unbounded, ptxas picks anywhere from 40
 // registers with spills to 110. Blocks of 16 warps serve outputs of at most one block per SM:
-// one.
+// one; blocks of 12 warps those of one to two: 2 (<= 80 registers, no spills at M <= 8).
 template <int kNTiles, int kRowTiles, bool kVec, int kWarps>
-constexpr int kMinBlocks = kWarps > kBlockWarps ? 1 : (!kVec || kNTiles * kRowTiles < 4 ? 3 : 2);
+constexpr int kMinBlocks = kWarps > kMidBlockWarps ? 1
+                           : kWarps > kBlockWarps  ? 2
+                                                   : (!kVec || kNTiles * kRowTiles < 4 ? 3 : 2);
 
 // kNTiles: n8 tiles of x rows (M <= 8 * kNTiles); kRowTiles: 16-row weight tiles per block.
 // kNorm: the GemvNorm prologue first (kVec only; every warp has steps: launch_gemv_norm).
@@ -491,8 +495,10 @@ Status launch_bf16(const GemvParams& p, int warps, cudaStream_t stream) {
   constexpr int kRows = kTileRows * kRowTiles;
   const size_t smem =
       static_cast<size_t>(warps) * kRowTiles * kNTiles * 4 * kWarpSize * sizeof(float);
-  const auto kernel = warps > kBlockWarps
+  const auto kernel = warps > kMidBlockWarps
                           ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kWideBlockWarps>
+                      : warps > kBlockWarps
+                          ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kMidBlockWarps>
                           : gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kBlockWarps>;
   return run(kernel, "gemv_bf16_kernel", ceil_div(p.n, kRows), warps * kWarpSize, smem, p, stream);
 }
@@ -608,10 +614,14 @@ GemvLaunch choose_gemv_launch(int64_t n, int sm_count) {
   launch.rows_per_block =
       ceil_div(n, 2 * kTileRows) >= 2 * int64_t{sm_count} ? 2 * kTileRows : kTileRows;
   // Narrow outputs (at most one 16-row block per SM: the 35B-A3B router, out_proj and o_proj)
-  // would leave 32 KB in flight per SM with 8 warps; 16 warps split K twice as finely.
-  launch.warps = launch.rows_per_block == kTileRows && ceil_div(n, kTileRows) <= sm_count
-                     ? kWideBlockWarps
-                     : kBlockWarps;
+  // would leave 32 KB in flight per SM with 8 warps; 16 warps split K twice as finely. Up to
+  // two blocks per SM (the 4B's out_proj, o_proj and down at 2560 features) take 12 warps,
+  // two blocks of which fit an SM: 96 KB in flight where 8 warps left 64 KB.
+  const int64_t tiles = ceil_div(n, kTileRows);
+  launch.warps = launch.rows_per_block != kTileRows ? kBlockWarps
+                 : tiles <= sm_count                ? kWideBlockWarps
+                 : tiles <= 2 * int64_t{sm_count}   ? kMidBlockWarps
+                                                    : kBlockWarps;
   return launch;
 }
 
