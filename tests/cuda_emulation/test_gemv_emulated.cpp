@@ -107,8 +107,9 @@ TEST(GemvEmulated, TensorCoreKernelMatchesCpu) {
       {16, 19, 512}, {12, 64, 40}, {5, 100, 8}, {16, 1, 136},
   };
   for (const Case& c : cases) {
-    for (GemvLaunch launch : {GemvLaunch{16, 8}, GemvLaunch{32, 3}, GemvLaunch{32, 1},
-                              GemvLaunch{16, 2}, GemvLaunch{16, 16}, GemvLaunch{32, 11}}) {
+    for (GemvLaunch launch :
+         {GemvLaunch{16, 8}, GemvLaunch{32, 3}, GemvLaunch{32, 1}, GemvLaunch{16, 2},
+          GemvLaunch{16, 16}, GemvLaunch{32, 11}, GemvLaunch{16, 12}}) {
       run_case(c, &launch, rng);
     }
   }

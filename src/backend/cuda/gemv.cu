@@ -495,11 +495,10 @@ Status launch_bf16(const GemvParams& p, int warps, cudaStream_t stream) {
   constexpr int kRows = kTileRows * kRowTiles;
   const size_t smem =
       static_cast<size_t>(warps) * kRowTiles * kNTiles * 4 * kWarpSize * sizeof(float);
-  const auto kernel = warps > kMidBlockWarps
-                          ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kWideBlockWarps>
-                      : warps > kBlockWarps
-                          ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kMidBlockWarps>
-                          : gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kBlockWarps>;
+  const auto kernel =
+      warps > kMidBlockWarps ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kWideBlockWarps>
+      : warps > kBlockWarps  ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kMidBlockWarps>
+                             : gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kBlockWarps>;
   return run(kernel, "gemv_bf16_kernel", ceil_div(p.n, kRows), warps * kWarpSize, smem, p, stream);
 }
 
