@@ -306,8 +306,9 @@ DummyWeights::DummyWeights(DType dtype, Device device, uint64_t seed,
                  "dummy weights of dtype {}", dtype_name(dtype));
 }
 
-DummyWeights::DummyWeights(const ExecContext& ctx, uint64_t seed)
-    : dtype_(ctx.act_dtype), device_(ctx.device), ctx_(&ctx), seed_(seed) {}
+DummyWeights::DummyWeights(const ExecContext& ctx, uint64_t seed,
+                           std::optional<WeightBlock> fp8_block)
+    : dtype_(ctx.act_dtype), device_(ctx.device), fp8_block_(fp8_block), ctx_(&ctx), seed_(seed) {}
 
 uint64_t DummyWeights::stream_of(const std::string& name) {
   // One counter-based stream per tensor, keyed by the order names are first asked for.
@@ -377,9 +378,31 @@ Expected<LinearWeight> DummyWeights::get_linear_slice(const std::string& name, c
                                                       const WeightSlice& slice) {
   // Float: the slice's values (get_slice). FP8: those values quantized on their own, block by
   // block from the slice's first row and column (a shard's grid, not the full tensor's).
-  if (!fp8_block_ || ctx_ != nullptr) {
+  if (!fp8_block_) {
     VLLM_ASSIGN_OR_RETURN(Tensor values, get_slice(name, full, slice));
     return LinearWeight(std::move(values));
+  }
+  if (ctx_ != nullptr) {  // on the device: e4m3 codes under one scale (see the header)
+    VLLM_RETURN_IF_ERROR(check_slice(name, full, slice));
+    Shape shape = full;
+    shape[static_cast<size_t>(slice.dim)] = slice.end - slice.begin;
+    const Shape grid = fp8_scale_shape(shape, *fp8_block_);
+    auto codes = Tensor::try_empty(shape, DType::kF8E4M3, device_);
+    if (!codes) {
+      return out_of_memory(name, Tensor::empty(shape, DType::kF8E4M3, Device::meta()), device_,
+                           codes.status());
+    }
+    auto scales = Tensor::try_empty(grid, DType::kF32, device_);
+    if (!scales) {
+      return out_of_memory(name, Tensor::empty(grid, DType::kF32, Device::meta()), device_,
+                           scales.status());
+    }
+    numel_by_name_[name] = codes->numel();
+    const uint64_t stream = stream_of(name);
+    VLLM_RETURN_IF_ERROR(ops::fill_uniform(*ctx_, *codes, -448.0f, 448.0f, stream));
+    constexpr float kScale = 1e-3f / 448.0f;
+    VLLM_RETURN_IF_ERROR(ops::fill_uniform(*ctx_, *scales, kScale, kScale, stream));
+    return LinearWeight(*codes, *scales, *fp8_block_);
   }
   if (device_.is_meta()) {
     VLLM_RETURN_IF_ERROR(check_slice(name, full, slice));

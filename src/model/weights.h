@@ -106,8 +106,8 @@ class Fp8QuantizedWeights final : public WeightSource {
 // (2-D and up) is converted to the activation dtype on the device and 1-D tensors (norms,
 // biases, A_log, dt_bias) keep their F32/BF16 dtype (F16 becomes F32). Running out of device
 // memory is an error naming the tensor, its size and the free memory.
-// FP8 weights (both their tensors) go to the CPU's weight arena likewise; on CUDA, which has
-// no FP8 kernels yet, they are kUnsupported naming the tensor.
+// FP8 weights (both their tensors) go to the CPU's weight arena likewise; on CUDA the e4m3
+// bytes and the F32 scales are placed as they are (the W8A16 kernels read them).
 //
 // Slices (tensor-parallel shards) are placed the same way; a strided one (a column slice of a
 // row-parallel weight) is first copied into contiguous memory, so only the shard is kept.
@@ -134,7 +134,9 @@ class DeviceWeights final : public WeightSource {
 // [-1e-3, 1e-3] (vLLM's range) from a seeded generator, in `dtype`, on the CPU -- or, on the
 // meta device, as shapes only (no memory), to build and measure any config's real structure.
 // With an execution context on a GPU the tensors are created and filled on the device
-// directly, in the activation dtype (a 27B model is never built on the host).
+// directly, in the activation dtype (a 27B model is never built on the host); with an FP8
+// block there, linear weights are e4m3 codes uniform in [-448, 448] under one scale of
+// 1e-3 / 448 for every block (the same [-1e-3, 1e-3] range, the e4m3 value grid).
 // With an FP8 block (an FP8 config), linear weights on the CPU are those values quantized to
 // block FP8 (quantize_fp8_blocks: real e4m3 codes, one scale per block from the block's
 // largest value), and on the meta device FP8 shapes with their scale grids.
@@ -149,7 +151,8 @@ class DummyWeights final : public WeightSource {
  public:
   DummyWeights(DType dtype, Device device, uint64_t seed = 0,
                std::optional<WeightBlock> fp8_block = {});
-  DummyWeights(const ExecContext& ctx, uint64_t seed = 0);
+  DummyWeights(const ExecContext& ctx, uint64_t seed = 0,
+               std::optional<WeightBlock> fp8_block = {});
   Expected<Tensor> get(const std::string& name, const Shape& shape) override;
   Expected<Tensor> get_slice(const std::string& name, const Shape& shape,
                              const WeightSlice& slice) override;

@@ -158,10 +158,15 @@ Status moe_experts(const ExecContext& ctx, const Tensor& x, const MoeWeights& ex
   if (expert_parallel) return unsupported("moe_experts with expert parallelism", out);
 #if VLLM_WITH_CUDA
   if (out.device().is_cuda()) {
-    if (experts.is_fp8()) return unsupported("moe_experts with FP8 (F8_E4M3) experts", out);
     cuda::MoeExpertsArgs args;
     args.gate_up = experts.gate_up;
     args.down = experts.down;
+    if (experts.is_fp8()) {
+      args.gate_up_scale_inv = experts.gate_up_scale_inv;
+      args.gate_up_block = experts.gate_up_block;
+      args.down_scale_inv = experts.down_scale_inv;
+      args.down_block = experts.down_block;
+    }
     args.shared_out = shared.out;
     args.shared_gate = shared.gate;
     args.shared_last_slot = shared.in_last_slot;

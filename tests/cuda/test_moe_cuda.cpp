@@ -12,6 +12,12 @@
 // unwritten output or a read of an unwritten intermediate fails; sliced operands check row
 // strides and that columns outside the output stay untouched.
 //
+// Block-scaled FP8 experts (W8A16) run every path against cpu::moe_experts_stacked on the same
+// FP8 stacks (quantised from random weights, so every block holds a weight at the e4m3
+// maximum; expert 0 starts with an all-zero block): Qwen's 128 x 128 blocks on the real
+// expert shapes, 16 x 32 blocks and one scale row per weight row on odd shapes (the
+// element-wise kernels), BF16 and F32 activations.
+//
 // BF16 runs compare with the CPU ops in f32 on the same (bf16) values: relative L2 <= 1e-2
 // (the SiLU product and each expert output are rounded to bf16 once). F32: 1e-5. Router ids
 // must be equal: logits are multiples of 1/64, so ties are exact (the lower id wins on both
@@ -38,6 +44,7 @@
 #include "cuda_test_util.h"
 #include "ops/exec_context.h"
 #include "ops/ops.h"
+#include "tensor/block_fp8.h"
 
 namespace vllm {
 namespace {
@@ -516,6 +523,170 @@ TEST_F(MoeCuda, ExpertsRejectBadArguments) {
   EXPECT_EQ(cuda::moe_experts_scratch_bytes(xf, ids_gpu, f32_grouped).status().code(),
             ErrorCode::kUnsupported);
   EXPECT_FALSE(cuda::moe_experts(x, weights_gpu, ids_gpu, args, scratch, x, kStream).is_ok());
+}
+
+// ---- FP8 experts -----------------------------------------------------------------------------
+
+struct Fp8ExpertSet {
+  LinearWeight host_gate_up, host_down;  // CPU
+  LinearWeight gate_up, down;            // device
+};
+
+// Random experts (variance-preserving scales) quantised to block FP8; expert 0's first block
+// of each stack all zeros (its scale is the quantiser's floor, its codes 0).
+Fp8ExpertSet fp8_expert_set(int64_t experts, int64_t hidden, int64_t inter, WeightBlock block,
+                            std::mt19937& rng) {
+  auto stack = [&](int64_t rows, int64_t cols, const char* name) {
+    Tensor w = random_tensor({experts, rows, cols}, DType::kF32, rng, 0.0f,
+                             1.0f / std::sqrt(static_cast<float>(cols)));
+    float* v = w.data<float>();
+    for (int64_t r = 0; r < std::min(rows, block.n); ++r) {
+      for (int64_t c = 0; c < std::min(cols, block.k); ++c) v[r * cols + c] = 0.0f;
+    }
+    auto q = quantize_fp8_blocks(w, block, name);
+    VLLM_CHECK_MSG(q.has_value(), "{}", q.status().to_string());
+    return *q;
+  };
+  Fp8ExpertSet s;
+  s.host_gate_up = stack(2 * inter, hidden, "gate_up");
+  s.host_down = stack(hidden, inter, "down");
+  s.gate_up =
+      LinearWeight(to_device(s.host_gate_up.weight), to_device(s.host_gate_up.scale_inv), block);
+  s.down = LinearWeight(to_device(s.host_down.weight), to_device(s.host_down.scale_inv), block);
+  return s;
+}
+
+void check_fp8_experts(const ExpertsCase& c, WeightBlock block, DType dtype, std::mt19937& rng) {
+  SCOPED_TRACE(fmt::format("{} {} in {} x {} blocks", c.name, dtype_name(dtype), block.n, block.k));
+  const int64_t t = c.tokens, h = c.hidden, e = c.experts, k = c.top_k;
+  const Fp8ExpertSet w = fp8_expert_set(e, h, c.inter, block, rng);
+  const Operand x = random_operand(t, h, dtype, c.x_layout, rng);
+  auto [weights, ids] = make_routing(t, e, k, c.dist, rng);
+  const Tensor shared_out = random_tensor({t, h}, dtype, rng, 0.0f, 1.0f);
+  const Tensor router_out = random_tensor({t, e + 1}, DType::kF32, rng, 0.0f, 2.0f);
+
+  Tensor ref = Tensor::empty({t, h}, DType::kF32);
+  Tensor cpu_scratch = Tensor::empty(
+      {static_cast<int64_t>(cpu::moe_experts_scratch_bytes(t, k, h, c.inter, e))}, DType::kU8);
+  ASSERT_OK(cpu::moe_experts_stacked(x.input_f32(), w.host_gate_up, w.host_down, weights, ids,
+                                     cpu_scratch, ref));
+  if (c.shared) {
+    ASSERT_OK(
+        cpu::add_sigmoid_gated(ref, to_f32(shared_out), router_out.slice(1, e, e + 1).clone()));
+  }
+  const Tensor weights_gpu = to_device(weights), ids_gpu = to_device(ids);
+  const Tensor shared_gpu = to_device(shared_out), router_gpu = to_device(router_out);
+  std::vector<cuda::MoePath> paths = {cuda::MoePath::kGatherGemv, cuda::MoePath::kAuto};
+  if (dtype == DType::kBF16 && h % 16 == 0 && c.inter % 16 == 0 && block.k % 16 == 0 &&
+      c.x_layout.offset % 8 == 0 && c.x_layout.pad % 8 == 0) {
+    paths.push_back(cuda::MoePath::kGroupedGemm);
+  }
+  if (h * static_cast<int64_t>(dtype_size(dtype)) <= 48 * 1024) {
+    paths.push_back(cuda::MoePath::kPairGemv);
+  }
+  for (cuda::MoePath path : paths) {
+    SCOPED_TRACE(path_name(path));
+    cuda::MoeExpertsArgs args;
+    args.gate_up = w.gate_up.weight;
+    args.gate_up_scale_inv = w.gate_up.scale_inv;
+    args.gate_up_block = block;
+    args.down = w.down.weight;
+    args.down_scale_inv = w.down.scale_inv;
+    args.down_block = block;
+    if (c.shared) {
+      args.shared_out = shared_gpu;
+      args.shared_gate = router_gpu.slice(1, e, e + 1);
+    }
+    args.path = path;
+    Operand out = nan_operand(t, h, dtype, c.out_layout);
+    auto bytes = cuda::moe_experts_scratch_bytes(x.view, ids_gpu, args);
+    ASSERT_TRUE(bytes.has_value()) << bytes.status().to_string();
+    Tensor scratch =
+        Tensor::try_empty({static_cast<int64_t>(*bytes)}, DType::kU8, Device::cuda()).value();
+    ASSERT_EQ(cudaMemset(scratch.data_ptr(), 0x7F, *bytes), cudaSuccess);
+    ASSERT_OK(cuda::moe_experts(x.view, weights_gpu, ids_gpu, args, scratch, out.view, kStream));
+    EXPECT_TRUE(relative_l2(out.result_f32(), ref, tolerance(dtype)));
+    EXPECT_TRUE(out.outside_untouched());
+  }
+}
+
+TEST_F(MoeCuda, Fp8ExpertsMatchCpuOnModelShapes) {
+  // 35B-A3B's expert shapes on 64 experts (the real 256 only add memory), 128 x 128 blocks.
+  const ExpertsCase cases[] = {
+      {"35B-A3B shapes, 1 token", 1, kH35, kI35, 64, 8},
+      {"35B-A3B shapes, 8 tokens", 8, kH35, kI35, 64, 8},
+      {"35B-A3B shapes, 20 tokens, strided out", 20, kH35, kI35, 64, 8, Dist::kRandom, true,
+       kContiguous, kAligned},
+      {"35B-A3B shapes, 64 tokens (32-row tiles)", 64, kH35, kI35, 64, 8},
+      {"35B-A3B shapes, 600 tokens (128-row tiles)", 600, kH35, kI35, 64, 8},
+      {"35B-A3B shapes, one expert in all 40 tokens", 40, kH35, kI35, 64, 8, Dist::kOneExpertAll},
+      {"122B-A10B shapes, 2 tokens", 2, 3072, 1024, 16, 8},
+      {"122B-A10B shapes, 40 tokens", 40, 3072, 1024, 16, 8},
+  };
+  for (const ExpertsCase& c : cases) check_fp8_experts(c, {128, 128}, DType::kBF16, rng_);
+}
+
+TEST_F(MoeCuda, Fp8ExpertsMatchCpuOnSmallAndOddShapes) {
+  struct Fp8Case {
+    ExpertsCase c;
+    WeightBlock block;
+  };
+  const Fp8Case cases[] = {
+      {{"golden qwen3_5_moe_fp8 shapes", 7, 56, 40, 10, 3}, {16, 32}},
+      {{"golden shapes, 70 tokens, strided x", 70, 56, 40, 10, 3, Dist::kRandom, true, kAligned},
+       {16, 32}},
+      {{"hidden 64, intermediate 48", 5, 64, 48, 8, 2}, {16, 32}},
+      {{"hidden 64, intermediate 48, 100 tokens", 100, 64, 48, 8, 2}, {16, 32}},
+      {{"per-row scales, unaligned x", 9, 128, 64, 12, 4, Dist::kRandom, true, kUnaligned},
+       {1, 128}},
+      {{"per-row scales, 120 tokens", 120, 128, 64, 12, 4}, {1, 128}},
+      {{"blocks of 7 x 24", 30, 96, 72, 6, 2}, {7, 24}},
+      {{"no shared expert, one expert in all", 33, 256, 64, 8, 2, Dist::kOneExpertAll, false},
+       {16, 32}},
+  };
+  for (const Fp8Case& fc : cases) {
+    for (DType dtype : {DType::kBF16, DType::kF32}) check_fp8_experts(fc.c, fc.block, dtype, rng_);
+  }
+}
+
+TEST_F(MoeCuda, Fp8ExpertsRejectBadScales) {
+  const int64_t t = 4, h = 64, inter = 32, e = 8, k = 2;
+  const Fp8ExpertSet w = fp8_expert_set(e, h, inter, {16, 32}, rng_);
+  auto [weights, ids] = make_routing(t, e, k, Dist::kRandom, rng_);
+  Tensor x = to_device(random_tensor({t, h}, DType::kBF16, rng_, 0.0f, 1.0f));
+  Tensor ids_gpu = to_device(ids);
+  cuda::MoeExpertsArgs args;
+  args.gate_up = w.gate_up.weight;
+  args.gate_up_scale_inv = w.gate_up.scale_inv;
+  args.gate_up_block = {16, 32};
+  args.down = w.down.weight;
+  args.down_scale_inv = w.down.scale_inv;
+  args.down_block = {16, 32};
+  ASSERT_TRUE(cuda::moe_experts_scratch_bytes(x, ids_gpu, args).has_value());
+  cuda::MoeExpertsArgs no_scales = args;
+  no_scales.down_scale_inv = Tensor();
+  EXPECT_EQ(cuda::moe_experts_scratch_bytes(x, ids_gpu, no_scales).status().code(),
+            ErrorCode::kInvalidArgument);
+  cuda::MoeExpertsArgs wrong_block = args;  // the scale grid of other blocks
+  wrong_block.gate_up_block = {32, 32};
+  EXPECT_EQ(cuda::moe_experts_scratch_bytes(x, ids_gpu, wrong_block).status().code(),
+            ErrorCode::kInvalidArgument);
+  cuda::MoeExpertsArgs mixed = args;  // FP8 gate/up with a BF16 down
+  mixed.down = expert_set(e, h, inter, DType::kBF16).down;
+  mixed.down_scale_inv = Tensor();
+  EXPECT_EQ(cuda::moe_experts_scratch_bytes(x, ids_gpu, mixed).status().code(),
+            ErrorCode::kInvalidArgument);
+  cuda::MoeExpertsArgs odd_grouped = args;  // a block width the grouped GEMM cannot chunk
+  const Fp8ExpertSet odd = fp8_expert_set(e, h, inter, {16, 24}, rng_);
+  odd_grouped.gate_up = odd.gate_up.weight;
+  odd_grouped.gate_up_scale_inv = odd.gate_up.scale_inv;
+  odd_grouped.gate_up_block = {16, 24};
+  odd_grouped.down = odd.down.weight;
+  odd_grouped.down_scale_inv = odd.down.scale_inv;
+  odd_grouped.down_block = {16, 24};
+  odd_grouped.path = cuda::MoePath::kGroupedGemm;
+  EXPECT_EQ(cuda::moe_experts_scratch_bytes(x, ids_gpu, odd_grouped).status().code(),
+            ErrorCode::kUnsupported);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 // element type and access width only; index dtypes (I32/I64) are runtime branches.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -234,6 +235,18 @@ __global__ void fill_uniform_kernel(T* out, int64_t n_vecs, uint64_t seed, float
       f[k] = counter_uniform(seed, static_cast<uint64_t>(v * kVec + k), low, high);
     }
     store_vec<T, kVec>(out, v, f);
+  }
+}
+
+// e4m3 bytes: each value rounded to nearest, saturated to the finite range (+-448).
+__global__ void fill_uniform_e4m3_kernel(uint8_t* out, int64_t n, uint64_t seed, float low,
+                                         float high) {
+  pdl_wait();
+  pdl_launch_next();
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const float v = counter_uniform(seed, static_cast<uint64_t>(i), low, high);
+    out[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
   }
 }
 
@@ -676,8 +689,8 @@ Status convert(const Tensor& src, Tensor& dst, cudaStream_t stream) {
 
 Status fill_uniform(Tensor& t, float low, float high, uint64_t seed, cudaStream_t stream) {
   constexpr std::string_view kOp = "cuda::fill_uniform";
-  VLLM_RETURN_IF_ERROR(
-      detail::check_cuda_tensor(kOp, "t", t, {DType::kF32, DType::kBF16, DType::kF16}));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(
+      kOp, "t", t, {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3}));
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "t", t));
   if (!(low <= high)) {
     return make_error(ErrorCode::kInvalidArgument, "{}: the range [{}, {}) is empty", kOp, low,
@@ -687,6 +700,11 @@ Status fill_uniform(Tensor& t, float low, float high, uint64_t seed, cudaStream_
   if (n == 0) return Status::ok();
   DeviceGuard guard(t.device());
   VLLM_RETURN_IF_ERROR(guard.status());
+  if (t.dtype() == DType::kF8E4M3) {
+    launch_pdl(fill_uniform_e4m3_kernel, flat_blocks(n, t.device()), kThreads, 0, stream,
+               static_cast<uint8_t*>(t.data_ptr()), n, seed, low, high);
+    return check_launch("fill_uniform_e4m3_kernel");
+  }
   return with_float_type(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     constexpr int kVec = vec_width<T>();

@@ -56,9 +56,10 @@ Status zero_slots(Tensor& state, const Tensor& slots, cudaStream_t stream);
 // checkpoint's F32 weight into the model's BF16. Round to nearest even.
 Status convert(const Tensor& src, Tensor& dst, cudaStream_t stream);
 
-// Fills a contiguous F32, BF16 or F16 tensor with uniform random values in [low, high) from
-// a counter-based generator: element i is vllm::counter_uniform(seed, i, low, high)
-// (base/counter_rng.h) rounded to the dtype, so host code can reproduce it exactly.
+// Fills a contiguous F32, BF16, F16 or F8_E4M3 tensor with uniform random values in [low,
+// high) from a counter-based generator: element i is vllm::counter_uniform(seed, i, low,
+// high) (base/counter_rng.h) rounded to the dtype (e4m3: to nearest, saturated to +-448), so
+// host code can reproduce it exactly.
 // --load-format dummy weights on the device.
 Status fill_uniform(Tensor& t, float low, float high, uint64_t seed, cudaStream_t stream);
 

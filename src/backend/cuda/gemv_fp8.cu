@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/fp8.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -36,7 +37,7 @@ namespace {
 constexpr int kFp8Warps = 8;
 constexpr int kFp8Threads = kFp8Warps * kWarpSize;
 constexpr int kRowsPerWarp = 2;
-constexpr int kChunk = 16;  // e4m3 weights per 16-byte load
+constexpr int kChunk = kFp8Chunk;
 constexpr int kUnroll = 2;  // chunks of each row a lane keeps in flight
 constexpr int kDequantThreads = 256;
 
@@ -54,45 +55,7 @@ struct Fp8Params {
   int m, n, k;
 };
 
-// Two e4m3 values (the low byte first) as floats, exactly.
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t v) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(v, __NV_E4M3);
-  return __half22float2(__half2(h));
-}
-__device__ __forceinline__ float e4m3_to_float(uint8_t v) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(v, __NV_E4M3)));
-}
-
-// 16 e4m3 weights (one 16-byte chunk) as floats.
-__device__ __forceinline__ void chunk_to_float(const uint4& v, float* out) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 lo = e4m3x2_to_float2(static_cast<uint16_t>(words[i] & 0xffffu));
-    const float2 hi = e4m3x2_to_float2(static_cast<uint16_t>(words[i] >> 16));
-    out[4 * i] = lo.x;
-    out[4 * i + 1] = lo.y;
-    out[4 * i + 2] = hi.x;
-    out[4 * i + 3] = hi.y;
-  }
-}
-
-// 16 consecutive activations (16-byte aligned) as floats: a coherent load (an earlier kernel
-// wrote x; see pdl_wait in common.cuh).
-__device__ __forceinline__ void load_x16(const float* p, float* out) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) load16_as_float(p + 4 * i, out + 4 * i);
-}
-__device__ __forceinline__ void load_x16(const __nv_bfloat16* p, float* out) {
-  load16_as_float(p, out);
-  load16_as_float(p + 8, out + 8);
-}
-
 // kM: rows of x the kernel holds sums for (p.m <= kM; rows past p.m are skipped).
-// A dequantized weight as the BF16 value the dequantization kernel writes for cuBLASLt.
-__device__ __forceinline__ float round_weight(float w) {
-  return to_float(from_float<__nv_bfloat16>(w));
-}
 
 template <typename TX, int kM, bool kVec>
 __global__ void __launch_bounds__(kFp8Threads) fp8_gemv_kernel(Fp8Params p) {
@@ -140,14 +103,14 @@ __global__ void __launch_bounds__(kFp8Threads) fp8_gemv_kernel(Fp8Params p) {
         float s[kRowsPerWarp];
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) {
-          chunk_to_float(wv[u][r], wf[r]);
+          fp8_chunk_to_float(wv[u][r], wf[r]);
           s[r] = __ldg(srow[r] + kb);
         }
         if constexpr (kRoundWeights) {
 #pragma unroll
           for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
-            for (int j = 0; j < kChunk; ++j) wf[r][j] = round_weight(wf[r][j] * s[r]);
+            for (int j = 0; j < kChunk; ++j) wf[r][j] = round_weight_bf16(wf[r][j] * s[r]);
           }
         }
 #pragma unroll
@@ -176,7 +139,7 @@ __global__ void __launch_bounds__(kFp8Threads) fp8_gemv_kernel(Fp8Params p) {
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         const float w = e4m3_to_float(__ldg(wrow[r] + kk)) * __ldg(srow[r] + kk / p.block_k);
-        wv[r] = kRoundWeights ? round_weight(w) : w;
+        wv[r] = kRoundWeights ? round_weight_bf16(w) : w;
       }
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
@@ -233,7 +196,7 @@ __global__ void __launch_bounds__(kDequantThreads) fp8_dequantize_kernel(Dequant
       const int64_t n = i / row_chunks, k0 = (i % row_chunks) * kChunk;
       const float s = __ldg(p.scales + (n / p.block_n) * p.scale_cols + k0 / p.block_k);
       float wf[kChunk];
-      chunk_to_float(load_weight16(p.w + n * p.k + k0), wf);
+      fp8_chunk_to_float(load_weight16(p.w + n * p.k + k0), wf);
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) out[n * p.k + k0 + j] = from_float<TO>(wf[j] * s);
     }

@@ -369,7 +369,42 @@ ScratchLayout scratch_layout(int64_t tokens, int64_t top_k, int64_t experts, int
 // The operands' sizes, checked.
 struct Dims {
   int64_t tokens = 0, hidden = 0, experts = 0, inter = 0, top_k = 0;
+  bool fp8 = false;  // F8_E4M3 experts with block scales
+  int64_t gate_up_block_k = 0, down_block_k = 0;
 };
+
+// An FP8 expert stack's scales: F32 [E, ceil(rows / n), ceil(cols / k)], contiguous, on x's
+// device, for a block of positive n x k that fits int32 indexing.
+Status check_fp8_scales(std::string_view op, std::string_view name, const Tensor& w,
+                        const Tensor& scales, const WeightBlock& block, const Tensor& x) {
+  if (!scales.defined()) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: {} is F8_E4M3 but has no scales", op, name);
+  }
+  if (block.n < 1 || block.k < 1 || block.n > INT_MAX || block.k > INT_MAX) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: {} has FP8 blocks of {} x {}", op, name,
+                      block.n, block.k);
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "scales", scales, x));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(op, "scales", scales, {DType::kF32}));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "scales", scales));
+  const Shape want{w.size(0), ceil_div(w.size(1), block.n), ceil_div(w.size(2), block.k)};
+  if (scales.shape() != want) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: the scales of {} {} in {} x {} blocks are {}, expected {}", op, name,
+                      w.to_string(), block.n, block.k, scales.to_string(), shape_to_string(want));
+  }
+  return Status::ok();
+}
+
+detail::MoeFp8Scales fp8_scales_of(const Tensor& scales, const WeightBlock& block) {
+  detail::MoeFp8Scales s;
+  s.at = static_cast<const float*>(scales.data_ptr());
+  s.expert_stride = scales.size(1) * scales.size(2);
+  s.cols_grid = scales.size(2);
+  s.block_n = static_cast<int>(block.n);
+  s.block_k = static_cast<int>(block.k);
+  return s;
+}
 
 Expected<Dims> check_dims(std::string_view op, const Tensor& x, const Tensor& topk_ids,
                           const MoeExpertsArgs& args) {
@@ -381,8 +416,9 @@ Expected<Dims> check_dims(std::string_view op, const Tensor& x, const Tensor& to
   Dims d;
   d.tokens = x.size(0);
   d.hidden = x.size(1);
+  d.fp8 = args.gate_up.defined() && args.gate_up.dtype() == DType::kF8E4M3;
   VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "gate_up", args.gate_up, x));
-  VLLM_RETURN_IF_ERROR(detail::check_same_dtype(op, "gate_up", args.gate_up, x));
+  if (!d.fp8) VLLM_RETURN_IF_ERROR(detail::check_same_dtype(op, "gate_up", args.gate_up, x));
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "gate_up", args.gate_up));
   if (args.gate_up.ndim() != 3 || args.gate_up.size(2) != d.hidden ||
       args.gate_up.size(1) % 2 != 0 || args.gate_up.size(1) == 0) {
@@ -393,11 +429,31 @@ Expected<Dims> check_dims(std::string_view op, const Tensor& x, const Tensor& to
   d.experts = args.gate_up.size(0);
   d.inter = args.gate_up.size(1) / 2;
   VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "down", args.down, x));
-  VLLM_RETURN_IF_ERROR(detail::check_same_dtype(op, "down", args.down, x));
+  if (d.fp8) {
+    if (args.down.dtype() != DType::kF8E4M3) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "{}: gate_up is F8_E4M3 but down is {}; FP8 experts need both in FP8", op,
+                        dtype_name(args.down.dtype()));
+    }
+  } else {
+    VLLM_RETURN_IF_ERROR(detail::check_same_dtype(op, "down", args.down, x));
+  }
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "down", args.down));
   if (args.down.shape() != Shape{d.experts, d.hidden, d.inter}) {
     return make_error(ErrorCode::kInvalidArgument, "{}: down is {}, expected [{}, {}, {}]", op,
                       args.down.to_string(), d.experts, d.hidden, d.inter);
+  }
+  if (d.fp8) {
+    VLLM_RETURN_IF_ERROR(check_fp8_scales(op, "gate_up", args.gate_up, args.gate_up_scale_inv,
+                                          args.gate_up_block, x));
+    VLLM_RETURN_IF_ERROR(
+        check_fp8_scales(op, "down", args.down, args.down_scale_inv, args.down_block, x));
+    d.gate_up_block_k = args.gate_up_block.k;
+    d.down_block_k = args.down_block.k;
+  } else if (args.gate_up_scale_inv.defined() || args.down_scale_inv.defined()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: FP8 scales were given for {} experts; only F8_E4M3 weights take them",
+                      op, dtype_name(args.gate_up.dtype()));
   }
   if (d.experts < 1 || d.experts > kMoeMaxExperts) {
     return make_error(ErrorCode::kUnsupported, "{}: {} experts; this op supports 1 to {}", op,
@@ -435,15 +491,18 @@ bool pair_shapes_ok(const Dims& d, DType dtype) {
 
 Expected<PathChoice> choose_path(std::string_view op, const Dims& d, DType dtype,
                                  MoePath requested) {
-  const bool grouped_ok = detail::grouped_gemm_shapes_ok(dtype, d.hidden, d.inter);
+  const bool grouped_ok = detail::grouped_gemm_shapes_ok(dtype, d.hidden, d.inter, d.fp8,
+                                                         d.gate_up_block_k, d.down_block_k);
   PathChoice c;
   c.path = requested;
   if (c.path == MoePath::kAuto) {
     if (d.tokens <= kMoePairMaxTokens && pair_shapes_ok(d, dtype)) {
       c.path = MoePath::kPairGemv;
     } else {
-      c.path =
-          d.tokens > kMoeGemvMaxTokens && grouped_ok ? MoePath::kGroupedGemm : MoePath::kGatherGemv;
+      // FP8 experts: the gather GEMV at every size for now; their grouped GEMM runs only when
+      // asked for (MoePath::kGroupedGemm), its speed against the gather GEMV not yet measured.
+      c.path = d.tokens > kMoeGemvMaxTokens && grouped_ok && !d.fp8 ? MoePath::kGroupedGemm
+                                                                    : MoePath::kGatherGemv;
     }
   }
   if (c.path == MoePath::kPairGemv && !pair_shapes_ok(d, dtype)) {
@@ -457,8 +516,9 @@ Expected<PathChoice> choose_path(std::string_view op, const Dims& d, DType dtype
     if (!grouped_ok) {
       return make_error(ErrorCode::kUnsupported,
                         "{}: the grouped GEMM needs BF16 and hidden / intermediate sizes that are "
-                        "multiples of 8 (got {}, {}, {})",
-                        op, dtype_name(dtype), d.hidden, d.inter);
+                        "multiples of {} (got {}, {}, {}{})",
+                        op, d.fp8 ? 16 : 8, dtype_name(dtype), d.hidden, d.inter,
+                        d.fp8 ? ", and FP8 blocks a multiple of 16 wide" : "");
     }
     c.tile_rows = d.tokens * d.top_k <= kMoeSmallTileMaxPairsPerExpert * d.experts ? 32 : 128;
   }
@@ -611,6 +671,11 @@ Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& to
   problem.ldx = x_rows.row_stride;
   problem.gate_up = args.gate_up.data_ptr();
   problem.down = args.down.data_ptr();
+  if (d.fp8) {
+    problem.fp8 = true;
+    problem.gate_up_scales = fp8_scales_of(args.gate_up_scale_inv, args.gate_up_block);
+    problem.down_scales = fp8_scales_of(args.down_scale_inv, args.down_block);
+  }
   problem.tokens = d.tokens;
   problem.hidden = d.hidden;
   problem.inter = d.inter;

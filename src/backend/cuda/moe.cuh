@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "base/status.h"
+#include "tensor/linear_weight.h"
 #include "tensor/tensor.h"
 
 namespace vllm::cuda {
@@ -68,12 +69,19 @@ enum class MoePath {
   kAuto,         // by token count (kMoePairMaxTokens, kMoeGemvMaxTokens) and the shapes
   kPairGemv,     // hidden * element size <= 48 KiB, T * k <= 65535
   kGatherGemv,   // any dtype and shape
-  kGroupedGemm,  // BF16, hidden and intermediate sizes multiples of 8, 16-byte aligned rows
+  kGroupedGemm,  // BF16 activations, hidden and intermediate sizes multiples of 8 (16 with
+                 // FP8 experts, whose blocks' columns are then multiples of 16 too), 16-byte
+                 // aligned rows
 };
 
 struct MoeExpertsArgs {
-  Tensor gate_up;      // [E, 2I, H]: expert e's gate rows [0, I), then its up rows [I, 2I)
-  Tensor down;         // [E, H, I]
+  Tensor gate_up;  // [E, 2I, H]: expert e's gate rows [0, I), then its up rows [I, 2I)
+  Tensor down;     // [E, H, I]
+  // Block-scaled FP8 experts (W8A16): gate_up and down F8_E4M3, with F32 scales [E,
+  // ceil(2I / n), ceil(H / k)] and [E, ceil(H / n), ceil(I / k)] for blocks of n x k
+  // (tensor/linear_weight.h). Undefined scales: the weights are in x's dtype.
+  Tensor gate_up_scale_inv, down_scale_inv;
+  WeightBlock gate_up_block, down_block;
   Tensor shared_out;   // [T, H] in x's dtype (row stride allowed), or undefined: no shared expert
   Tensor shared_gate;  // [T, 1] F32 or x's dtype (row stride allowed): sigmoid(gate) scales it
   MoePath path = MoePath::kAuto;
@@ -94,10 +102,14 @@ Expected<size_t> moe_experts_scratch_bytes(const Tensor& x, const Tensor& topk_i
 //          (+ sigmoid(shared_gate[t]) * shared_out[t]),
 // expert_e(v) = down[e] @ (silu(gate[e] @ v) * (up[e] @ v)), f32 accumulation, the SiLU
 // product rounded once to x's dtype, each expert output rounded once, the weighted sum in f32.
-// x [T, H] F32/BF16 (row stride allowed); weights in x's dtype, contiguous; topk_weights F32
-// [T, k] and topk_ids I64 [T, k] contiguous; out [T, H] in x's dtype (row stride allowed, not
-// aliasing x). An id outside [0, E), which the device cannot report, contributes nothing.
-// scratch: U8 of at least moe_experts_scratch_bytes() on the device, clobbered. Asynchronous.
+// FP8 experts: each weight is its e4m3 value times its block's scale, rounded once to BF16
+// under BF16 activations (the values cuda::linear's dequantized FP8 path multiplies), exact in
+// f32 under F32 ones.
+// x [T, H] F32/BF16 (row stride allowed); weights in x's dtype or FP8, contiguous;
+// topk_weights F32 [T, k] and topk_ids I64 [T, k] contiguous; out [T, H] in x's dtype (row
+// stride allowed, not aliasing x). An id outside [0, E), which the device cannot report,
+// contributes nothing. scratch: U8 of at least moe_experts_scratch_bytes() on the device,
+// clobbered. Asynchronous.
 Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids,
                    const MoeExpertsArgs& args, Tensor& scratch, Tensor& out, cudaStream_t stream);
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/fp8.cuh"
 #include "backend/cuda/moe_plan.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -54,6 +55,10 @@ struct PairParams {
   T* out;  // [T, H] at out_stride
   int64_t out_stride;
   int hidden, inter, experts, top_k;
+  // FP8 experts (MoeProblem::fp8): e4m3 bytes in place of gate_up / down, with their scales.
+  const uint8_t* gate_up8;
+  const uint8_t* down8;
+  MoeFp8Scales gate_up_scales, down_scales;
 };
 
 // Stages n elements of src into shared memory (16-byte copies when kN says so).
@@ -403,6 +408,224 @@ __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloa
   combine_down_row(p, y_s, t, h0);
 }
 
+// ---- FP8 experts (W8A16) -------------------------------------------------------------------
+// The same two products over block-scaled e4m3 rows: a chunk is 16 weights (one 16-byte load)
+// under one scale (kVec: H, I and the block widths multiples of 16), each weight its e4m3
+// value times that scale, rounded to BF16 under BF16 activations (fp8_weight); without kVec a
+// lane takes one element at a time. The activations are read as in the kernels above.
+constexpr int kFp8GateUpUnroll = 4;  // chunks of each of the two rows a lane keeps in flight
+constexpr int kFp8DownUnroll = 1;    // 8 rows x 16 weights: a 35B-A3B row (I = 512) in one round
+
+// Row r of expert e's scales of one stacked weight.
+__device__ __forceinline__ const float* fp8_scale_row(const MoeFp8Scales& s, int64_t e, int r) {
+  return s.at + e * s.expert_stride + static_cast<int64_t>(r / s.block_n) * s.cols_grid;
+}
+
+// acc + w . x over one 16-weight chunk of a row (its e4m3 bytes and its scale) and 16 floats.
+template <typename T>
+__device__ __forceinline__ float dot_fp8_chunk(const uint4& w, float scale, const float* x,
+                                               float acc) {
+  float wf[kFp8Chunk];
+  fp8_chunk_to_float(w, wf);
+#pragma unroll
+  for (int j = 0; j < kFp8Chunk; ++j) acc = fmaf(x[j], fp8_weight<T>(wf[j], scale), acc);
+  return acc;
+}
+
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_fp8_kernel(PairParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* x = reinterpret_cast<T*>(smem);  // [H]: the pair's token row
+  const int pair = blockIdx.y;
+  const int64_t e = p.ids[pair];
+  if (e < 0 || e >= p.experts) return;  // the whole block; the down kernel skips this pair
+  const int col = blockIdx.x * kPairWarps + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int c = min(col, p.inter - 1);
+  const uint8_t* gate_row = p.gate_up8 + (e * 2 * p.inter + c) * static_cast<int64_t>(p.hidden);
+  const uint8_t* up_row = gate_row + static_cast<int64_t>(p.inter) * p.hidden;
+  const float* gate_s = fp8_scale_row(p.gate_up_scales, e, c);
+  const float* up_s = fp8_scale_row(p.gate_up_scales, e, p.inter + c);
+  const int block_k = p.gate_up_scales.block_k;
+  float g = 0.0f, u = 0.0f;
+  if constexpr (kVec) {
+    const int chunks = p.hidden / kFp8Chunk;
+    uint4 wg[kFp8GateUpUnroll], wu[kFp8GateUpUnroll];
+    auto load = [&](int c0) {
+#pragma unroll
+      for (int i = 0; i < kFp8GateUpUnroll; ++i) {
+        const int ci = c0 + i * kWarpSize;
+        if (ci < chunks) {
+          wg[i] = load_weight16(gate_row + int64_t{ci} * kFp8Chunk);
+          wu[i] = load_weight16(up_row + int64_t{ci} * kFp8Chunk);
+        }
+      }
+    };
+    load(lane);  // in flight while the block stages x
+    stage<T, 16 / sizeof(T)>(x, p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx, p.hidden);
+    __syncthreads();
+    if (col >= p.inter) return;  // whole warps leave; no barrier below
+    for (int c0 = lane; c0 < chunks;) {
+#pragma unroll
+      for (int i = 0; i < kFp8GateUpUnroll; ++i) {
+        const int ci = c0 + i * kWarpSize;
+        if (ci < chunks) {
+          const int kb = ci * kFp8Chunk / block_k;
+          float xf[kFp8Chunk];
+          load_x16(x + int64_t{ci} * kFp8Chunk, xf);
+          g = dot_fp8_chunk<T>(wg[i], __ldg(gate_s + kb), xf, g);
+          u = dot_fp8_chunk<T>(wu[i], __ldg(up_s + kb), xf, u);
+        }
+      }
+      c0 += kWarpSize * kFp8GateUpUnroll;
+      if (c0 < chunks) load(c0);
+    }
+  } else {
+    stage<T, 1>(x, p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx, p.hidden);
+    __syncthreads();
+    if (col >= p.inter) return;
+    for (int kk = lane; kk < p.hidden; kk += kWarpSize) {
+      const float xv = to_float(x[kk]);
+      g = fmaf(xv, fp8_weight<T>(e4m3_to_float(__ldg(gate_row + kk)), __ldg(gate_s + kk / block_k)),
+               g);
+      u = fmaf(xv, fp8_weight<T>(e4m3_to_float(__ldg(up_row + kk)), __ldg(up_s + kk / block_k)), u);
+    }
+  }
+  g = warp_sum(g);
+  u = warp_sum(u);
+  if (lane == 0) {
+    p.act[static_cast<int64_t>(pair) * p.inter + col] = from_float<T>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+// Block: one warp per slot (slots past kDownMaxWarps wrap around), kDownRows output rows.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
+    moe_pair_down_fp8_kernel(PairParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
+  extern __shared__ __align__(16) unsigned char smem[];
+  // [kMoePairMaxSlots][kDownRows]: expert outputs, rounded to T
+  auto* y_s = reinterpret_cast<float(*)[kDownRows]>(smem);
+  const int t = blockIdx.y;
+  const int h0 = blockIdx.x * kDownRows;
+  const int warps = blockDim.x / kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t first_pair = static_cast<int64_t>(t) * p.top_k;
+  const int block_k = p.down_scales.block_k;
+  for (int slot = warp; slot < p.top_k; slot += warps) {
+    const int64_t e = p.ids[first_pair + slot];
+    const bool use = e >= 0 && e < p.experts;
+    const int64_t ee = use ? e : 0;
+    const T* act = p.act + (first_pair + slot) * p.inter;
+    const uint8_t* rows[kDownRows];
+    const float* srows[kDownRows];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) {
+      const int h = min(h0 + r, p.hidden - 1);
+      rows[r] = p.down8 + (ee * p.hidden + h) * static_cast<int64_t>(p.inter);
+      srows[r] = fp8_scale_row(p.down_scales, ee, h);
+    }
+    float dot[kDownRows];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) dot[r] = 0.0f;
+    if (use) {
+      if constexpr (kVec) {
+        const int chunks = p.inter / kFp8Chunk;
+        for (int c = lane; c < chunks; c += kWarpSize * kFp8DownUnroll) {
+          uint4 w[kDownRows][kFp8DownUnroll];
+#pragma unroll
+          for (int i = 0; i < kFp8DownUnroll; ++i) {
+            const int ci = c + i * kWarpSize;
+            if (ci < chunks) {
+#pragma unroll
+              for (int r = 0; r < kDownRows; ++r) {
+                w[r][i] = load_weight16(rows[r] + int64_t{ci} * kFp8Chunk);
+              }
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < kFp8DownUnroll; ++i) {
+            const int ci = c + i * kWarpSize;
+            if (ci < chunks) {
+              const int kb = ci * kFp8Chunk / block_k;
+              float af[kFp8Chunk];
+              load_x16(act + int64_t{ci} * kFp8Chunk, af);
+#pragma unroll
+              for (int r = 0; r < kDownRows; ++r) {
+                dot[r] = dot_fp8_chunk<T>(w[r][i], __ldg(srows[r] + kb), af, dot[r]);
+              }
+            }
+          }
+        }
+      } else {
+        for (int kk = lane; kk < p.inter; kk += kWarpSize) {
+          const float a = to_float(act[kk]);
+#pragma unroll
+          for (int r = 0; r < kDownRows; ++r) {
+            const float w =
+                fp8_weight<T>(e4m3_to_float(__ldg(rows[r] + kk)), __ldg(srows[r] + kk / block_k));
+            dot[r] = fmaf(a, w, dot[r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) {
+      const float y = to_float(from_float<T>(warp_sum(dot[r])));  // the expert output
+      if (lane == r) y_s[slot][r] = y;
+    }
+  }
+  __syncthreads();
+  combine_down_row(p, y_s, t, h0);
+}
+
+#if defined(VLLM_CUDA_EMULATION)
+// The emulated blocks' dynamic shared memory (tests/cuda_emulation): what a launch may take.
+alignas(16) unsigned char smem[kMoePairMaxSmemBytes];
+#endif
+
+// A launch of one of the FP8 kernels (in the CPU emulator: run there, at once).
+template <typename T>
+Status run_fp8(void (*kernel)(PairParams<T>), const char* name, dim3 grid, unsigned threads,
+               size_t smem_bytes, cudaStream_t stream, const PairParams<T>& p) {
+#if defined(VLLM_CUDA_EMULATION)
+  (void)name;
+  (void)stream;
+  emu::launch(grid, threads, smem, smem_bytes, [&] { kernel(p); });
+  return Status::ok();
+#else
+  launch_pdl(kernel, grid, threads, smem_bytes, stream, p);
+  return check_launch(name);
+#endif
+}
+
+constexpr size_t kDownFp8SmemBytes = sizeof(float) * kMoePairMaxSlots * kDownRows;
+
+template <typename T>
+Status launch_pair_fp8(const PairParams<T>& p, const MoeProblem& pr, int64_t pairs,
+                       cudaStream_t stream) {
+  const bool vec_x = is_aligned(pr.x, 16) && (pr.tokens == 1 || (pr.ldx * sizeof(T)) % 16 == 0);
+  const bool vec_gu = pr.hidden % kFp8Chunk == 0 && p.gate_up_scales.block_k % kFp8Chunk == 0 &&
+                      is_aligned(pr.gate_up, 16) && vec_x;
+  const dim3 gu_grid(static_cast<unsigned>(ceil_div(pr.inter, kPairWarps)),
+                     static_cast<unsigned>(pairs));
+  const size_t x_smem = static_cast<size_t>(pr.hidden) * sizeof(T);
+  VLLM_RETURN_IF_ERROR(
+      run_fp8(vec_gu ? moe_pair_gate_up_fp8_kernel<T, true> : moe_pair_gate_up_fp8_kernel<T, false>,
+              "moe_pair_gate_up_fp8_kernel", gu_grid, kPairThreads, x_smem, stream, p));
+  const dim3 dn_grid(static_cast<unsigned>(ceil_div(pr.hidden, kDownRows)),
+                     static_cast<unsigned>(pr.tokens));
+  const unsigned dn_threads = static_cast<unsigned>(std::min(p.top_k, kDownMaxWarps) * kWarpSize);
+  const bool vec_dn = pr.inter % kFp8Chunk == 0 && p.down_scales.block_k % kFp8Chunk == 0 &&
+                      is_aligned(pr.down, 16) && is_aligned(pr.act, 16);
+  return run_fp8(vec_dn ? moe_pair_down_fp8_kernel<T, true> : moe_pair_down_fp8_kernel<T, false>,
+                 "moe_pair_down_fp8_kernel", dn_grid, dn_threads, kDownFp8SmemBytes, stream, p);
+}
+
 template <typename T>
 Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stream) {
   constexpr int kN = 16 / sizeof(T);
@@ -427,6 +650,15 @@ Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stre
   p.top_k = a.top_k;
 
   const int64_t pairs = pr.tokens * a.top_k;
+  if (pr.fp8) {
+    p.gate_up = nullptr;
+    p.down = nullptr;
+    p.gate_up8 = static_cast<const uint8_t*>(pr.gate_up);
+    p.down8 = static_cast<const uint8_t*>(pr.down);
+    p.gate_up_scales = pr.gate_up_scales;
+    p.down_scales = pr.down_scales;
+    return launch_pair_fp8(p, pr, pairs, stream);
+  }
   const dim3 gu_grid(static_cast<unsigned>(ceil_div(pr.inter, kPairWarps)),
                      static_cast<unsigned>(pairs));
   const bool vec_gu = pr.hidden % kN == 0 && is_aligned(pr.x, 16) && is_aligned(pr.gate_up, 16) &&

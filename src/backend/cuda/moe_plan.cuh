@@ -35,10 +35,22 @@ struct MoePlan {
   int top_k = 0;
 };
 
-// The expert MLP operands of one call, checked by the op entry. Weights and act/y are in
-// `dtype` (F32 or BF16).
+// Block-scaled FP8 scales of one stacked expert weight [E, rows, cols]: F32 [E, rows_grid,
+// cols_grid], row r, column c of expert e scaled by at[e * expert_stride + (r / block_n) *
+// cols_grid + c / block_k].
+struct MoeFp8Scales {
+  const float* at = nullptr;
+  int64_t expert_stride = 0;
+  int64_t cols_grid = 0;
+  int block_n = 1, block_k = 1;
+};
+
+// The expert MLP operands of one call, checked by the op entry. act/y are in `dtype` (F32 or
+// BF16), and so are the weights unless `fp8`: then they are e4m3 bytes with their scales.
 struct MoeProblem {
   DType dtype = DType::kBF16;
+  bool fp8 = false;
+  MoeFp8Scales gate_up_scales, down_scales;
   const void* x = nullptr;  // [T, H], row stride ldx
   int64_t ldx = 0;
   const void* gate_up = nullptr;  // [E, 2I, H]
@@ -82,8 +94,11 @@ constexpr int kMoePairMaxSlots = 33;                // slots per token: kMoeMaxT
 Status launch_moe_pair_gemv(const MoeProblem& problem, const MoePairArgs& args,
                             cudaStream_t stream);
 
-// Shapes and dtype the grouped GEMM handles (16-byte row chunks everywhere).
-bool grouped_gemm_shapes_ok(DType dtype, int64_t hidden, int64_t inter);
+// Shapes and dtype the grouped GEMM handles (16-byte row chunks everywhere; with FP8 experts
+// hidden and intermediate sizes and both block widths multiples of 16, so that a 16-column
+// chunk never straddles two scale blocks).
+bool grouped_gemm_shapes_ok(DType dtype, int64_t hidden, int64_t inter, bool fp8 = false,
+                            int64_t gate_up_block_k = 16, int64_t down_block_k = 16);
 // ... and pointer alignment of this call's operands.
 bool grouped_gemm_supported(const MoeProblem& problem);
 

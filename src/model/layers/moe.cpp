@@ -66,12 +66,6 @@ class ExpertStack {
 
  private:
   Status allocate(const ExecContext& ctx, const LinearWeight& part) {
-    if (part.is_fp8() && part.device().is_cuda()) {
-      return make_error(ErrorCode::kUnsupported,
-                        "expert weight '{}' is block-scaled FP8 (F8_E4M3), and the CUDA backend "
-                        "has no FP8 expert kernels yet: run FP8 MoE models with --device cpu",
-                        name_);
-    }
     auto made = empty_weight(shape_, part.dtype(), part.device(), &ctx);
     if (!made) {
       const DeviceMemory m = device_memory(part.device());
@@ -127,8 +121,20 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
   if (shared_in_experts_) {
     // Larger batches run it apart (see forward), from the same memory.
     const int64_t inter = experts_.down.size(2);  // this rank's slice
-    shared_.set(experts_.gate_up.slice(0, experts, experts + 1).view({2 * inter, hidden}),
-                experts_.down.slice(0, experts, experts + 1).view({hidden, inter}));
+    LinearWeight gate_up(experts_.gate_up.slice(0, experts, experts + 1).view({2 * inter, hidden}));
+    LinearWeight down(experts_.down.slice(0, experts, experts + 1).view({hidden, inter}));
+    if (experts_.is_fp8()) {  // the shared expert's scales, from the stacks' grids
+      const Shape& gu = experts_.gate_up_scale_inv.shape();
+      const Shape& dn = experts_.down_scale_inv.shape();
+      gate_up = LinearWeight(
+          gate_up.weight,
+          experts_.gate_up_scale_inv.slice(0, experts, experts + 1).view({gu[1], gu[2]}),
+          experts_.gate_up_block);
+      down = LinearWeight(
+          down.weight, experts_.down_scale_inv.slice(0, experts, experts + 1).view({dn[1], dn[2]}),
+          experts_.down_block);
+    }
+    shared_.set(gate_up, down);
   } else if (spec.shared_intermediate_size > 0) {
     // Its partial sums join the experts' in the block's one all-reduce.
     VLLM_RETURN_IF_ERROR(shared_.load(w, m + "shared_expert.", hidden,
@@ -159,12 +165,6 @@ Status MoeLayer::load_experts(WeightSource& w, const std::string& m, const ExecC
         return make_error(ErrorCode::kUnsupported,
                           "tensor '{}' is {} but '{}' is {}; they must match", down_name,
                           weight_format(fused_down), gate_up_name, weight_format(fused_gate_up));
-      }
-      if (fused_gate_up.is_fp8() && ctx.is_cuda()) {
-        return make_error(ErrorCode::kUnsupported,
-                          "expert weight '{}' is block-scaled FP8 (F8_E4M3), and the CUDA backend "
-                          "has no FP8 expert kernels yet: run FP8 MoE models with --device cpu",
-                          gate_up_name);
       }
       if (!shared_in_experts_) {
         experts_.set(fused_gate_up, fused_down);

@@ -49,23 +49,19 @@ Expected<std::unique_ptr<Model>> load_model(const std::filesystem::path& model_d
                         "--quantization '{}' is not supported (fp8 is)", options.quantization);
     }
     const bool quantize = options.quantization == "fp8" && !checkpoint_fp8;
-    if (quantize && options.device.is_cuda()) {
+    if (quantize && options.device.is_cuda() && options.load_format != "dummy") {
       return make_error(ErrorCode::kUnsupported,
-                        "--quantization fp8: the CUDA backend has no FP8 kernels yet; use "
-                        "--device cpu");
+                        "--quantization fp8 of a float checkpoint quantizes on the host, which "
+                        "the CUDA backend does not do yet: use an FP8 checkpoint, --load-format "
+                        "dummy or --device cpu");
     }
     const std::optional<WeightBlock> fp8 =
         quantize ? std::optional<WeightBlock>(WeightBlock{128, 128}) : checkpoint_fp8;
     VLLM_ASSIGN_OR_RETURN(options.runtime, runtime_for(options));
     if (options.load_format == "dummy" && options.device.is_cuda()) {
-      // Made on the device directly, in the activation dtype.
-      if (fp8) {
-        VLLM_LOG_WARNING(
-            "--load-format dummy on cuda: FP8 weights have no CUDA kernels yet, so "
-            "the dummy weights are {} instead",
-            dtype_name(options.runtime->context().act_dtype));
-      }
-      DummyWeights weights(options.runtime->context());
+      // Made on the device directly, in the activation dtype; linear weights in FP8 for FP8
+      // configs (and --quantization fp8).
+      DummyWeights weights(options.runtime->context(), 0, fp8);
       return create_model(config, weights, options);
     }
     if (options.load_format == "dummy") {
