@@ -7,13 +7,15 @@
 //     written once: 2 MiB per request for 4B, 3 MiB for 27B) over the median time, against
 //     the H200's ~4.3 TB/s. The requests' slots rotate over >= 512 MiB of state so each call
 //     streams from HBM, not from the 60 MB L2.
-//   - prefill of one 2048-token request, in tokens/s (the token-by-token recurrence is
-//     latency-bound; the chunked tensor-core form is a later kernel).
+//   - prefill of 1 request of 16, 64 and 2048 tokens and of 8 requests of 2048, in tokens/s:
+//     the delta rule as the op chooses it (chunked on tensor cores from 16 rows) and token by
+//     token ("rule-tt", latency-bound), for the choice of the crossover.
 // Prints a markdown table.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -89,11 +91,14 @@ class LayerBench {
     return cuda::gdn_gating(ba_.slice(1, s_.hv, 2 * s_.hv), ba_.slice(1, 0, s_.hv), A_log_,
                             dt_bias_, g_, beta_, nullptr);
   }
-  Status rule(int i) {
+  // chunked_min_rows: GatedDeltaRuleParams's (0: the op's default, INT_MAX: token by token).
+  Status rule(int i, int chunked_min_rows = 0) {
+    cuda::GatedDeltaRuleParams params;
+    params.chunked_min_rows = chunked_min_rows;
     return cuda::gated_delta_rule(conv_out_.slice(1, 0, key_dim_),
                                   conv_out_.slice(1, key_dim_, 2 * key_dim_),
                                   conv_out_.slice(1, 2 * key_dim_, conv_dim_), g_, beta_, batch(i),
-                                  cuda::GatedDeltaRuleParams{}, ssm_state_, core_, nullptr);
+                                  params, ssm_state_, core_, nullptr);
   }
   Status norm() {
     return cuda::gated_rms_norm(core_, mixed_.slice(1, conv_dim_, conv_dim_ + value_dim_), norm_,
@@ -160,7 +165,7 @@ TEST(GdnCudaBench, DecodeAndPrefill) {
     int64_t requests;
     int32_t tokens_per_request;
   };
-  const Scenario scenarios[] = {{1, 1}, {16, 1}, {64, 1}, {1, 2048}};
+  const Scenario scenarios[] = {{1, 1}, {16, 1}, {64, 1}, {1, 16}, {1, 64}, {1, 2048}, {8, 2048}};
   std::mt19937 rng(11);
   std::printf("\n| %-11s | %-14s | %-6s | %10s | %8s | %6s | %12s |\n", "model", "case", "op",
               "median us", "GB/s", "of 4.3TB/s", "tokens/s");
@@ -185,12 +190,15 @@ TEST(GdnCudaBench, DecodeAndPrefill) {
           {"conv", [&](int i) { return bench.conv(i); }, bench.conv_bytes()},
           {"gating", [&](int) { return bench.gating(); }, bench.gating_bytes()},
           {"rule", [&](int i) { return bench.rule(i); }, bench.rule_bytes()},
+          {"rule-tt", [&](int i) { return bench.rule(i, INT_MAX); }, bench.rule_bytes()},
           {"norm", [&](int) { return bench.norm(); }, bench.norm_bytes()},
           {"layer", [&](int i) { return bench.layer(i); },
            bench.conv_bytes() + bench.gating_bytes() + bench.rule_bytes() + bench.norm_bytes()},
       };
       for (const Op& op : ops) {
-        const double us = cuda_test::time_launches(op.run, /*sets=*/iterations + warmup, warmup, iterations);
+        if (decode && std::string(op.name) == "rule-tt") continue;  // the same kernel as rule
+        const double us =
+            cuda_test::time_launches(op.run, /*sets=*/iterations + warmup, warmup, iterations);
         if (us > 0.0) {
           print_row(shape.model, scenario, op.name, op.bytes, static_cast<double>(bench.tokens()),
                     us);

@@ -10,17 +10,23 @@
 // [T, conv_dim + value_dim] projection the model passes. test_gdn_layer_cuda.cpp runs the four
 // ops as the model does, a prefill split over several calls against one call.
 //
-// BF16 activations are compared with the CPU ops run in f32 on the same (bf16) inputs.
-// Tolerances (relative L2): BF16 1e-2 (output rounding); F32 1e-5, also for the delta rule's
-// output and state (kRuleF32Tolerance: gdn_cuda_test_util.h says why). States copied from
-// inputs (the conv state) must match exactly. Without a GPU every test but the argument check
+// BF16 activations are compared with the CPU ops run in f32 on the same (bf16) inputs. The
+// delta rule runs in every form the op has: F32 and BF16 token by token, BF16 with the op's
+// split (requests of 16 rows or more chunked), BF16 with every request chunked.
+// Tolerances (relative L2): BF16 1e-2 (output rounding; the chunked form's state too, its
+// products round their operands to BF16); F32 1e-5, also for the token-by-token delta rule's
+// output and state in both dtypes (kRuleF32Tolerance: gdn_cuda_test_util.h says why). States copied
+// from inputs (the conv state) must match exactly. Without a GPU every test but the argument check
 // is skipped; bench_gdn_cuda.cpp holds the timing mode (VLLM_BENCH=1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/gdn.h"
@@ -180,8 +186,12 @@ void random_gating(int64_t tokens, int64_t hv, std::mt19937& rng, Tensor& g, Ten
 // Runs one case; q, k, v are column slices of one [T, 2 * Hk * Dk + Hv * Dv] tensor. When
 // `padding_request` >= 0, that request gets slot -1 on the GPU (a padding row): it must get
 // zero outputs and leave every slot alone. The CPU runs it on a spare slot instead.
-void check_rule(const RuleCase& c, DType act, std::mt19937& rng, int padding_request = -1) {
-  SCOPED_TRACE(c.name + " q/k/v=" + std::string(dtype_name(act)));
+// chunked_min_rows: GatedDeltaRuleParams's (0: the op's default split, INT_MAX: every request
+// token by token, 1: every request chunked, decode rows too).
+void check_rule(const RuleCase& c, DType act, int chunked_min_rows, std::mt19937& rng,
+                int padding_request = -1) {
+  SCOPED_TRACE(c.name + " q/k/v=" + std::string(dtype_name(act)) +
+               " chunked_min_rows=" + std::to_string(chunked_min_rows));
   const int64_t spare = padding_request >= 0 ? 1 : 0;
   Batch b = make_batch(c.lens, c.num_slots, rng);
   Batch b_cpu = b;
@@ -202,6 +212,7 @@ void check_rule(const RuleCase& c, DType act, std::mt19937& rng, int padding_req
   cuda::GatedDeltaRuleParams gpu_params;
   gpu_params.use_qk_l2norm = c.l2norm;
   gpu_params.scale = c.scale;
+  gpu_params.chunked_min_rows = chunked_min_rows;
 
   Tensor qkv_f32 = to_f32(qkv);
   Tensor state_ref = state.clone();
@@ -227,8 +238,18 @@ void check_rule(const RuleCase& c, DType act, std::mt19937& rng, int padding_req
                              beta_gpu, db.view, gpu_params, state_gpu, out_gpu, kStream));
   const double out_tol = act == DType::kF32 ? kRuleF32Tolerance : kBf16Tolerance;
   EXPECT_TRUE(relative_l2(host_f32(out_gpu), out_ref, out_tol)) << "out";
-  // The state is f32 from the same inputs in both dtypes.
-  EXPECT_TRUE(relative_l2(host_f32(state_gpu), state_ref, kRuleF32Tolerance)) << "state";
+  // Token by token the state is f32 arithmetic on the same inputs in both dtypes; the chunked
+  // form's products round their operands to BF16.
+  const bool may_chunk = act == DType::kBF16 && chunked_min_rows != INT_MAX;
+  EXPECT_TRUE(
+      relative_l2(host_f32(state_gpu), state_ref, may_chunk ? kBf16Tolerance : kRuleF32Tolerance))
+      << "state";
+}
+
+// F32 (token by token), BF16 token by token, BF16 with the op's split, BF16 all chunked.
+void check_rule_forms(const RuleCase& c, std::mt19937& rng, int padding_request = -1) {
+  check_rule(c, DType::kF32, 0, rng, padding_request);
+  for (int min_rows : {INT_MAX, 0, 1}) check_rule(c, DType::kBF16, min_rows, rng, padding_request);
 }
 
 TEST_F(GdnCuda, RuleMatchesCpuSmallShapes) {
@@ -241,7 +262,7 @@ TEST_F(GdnCuda, RuleMatchesCpuSmallShapes) {
       {"Dk=128 Dv=24 Hk=1 Hv=2 1024 tokens", 1, 2, 128, 24, {1024, 1}, 3},
   };
   for (const RuleCase& c : cases) {
-    for (DType act : kActs) check_rule(c, act, rng_);
+    check_rule_forms(c, rng_);
   }
 }
 
@@ -263,7 +284,7 @@ TEST_F(GdnCuda, RuleMatchesCpuAnyKeyDim) {
       {"Dk=129 Dv=9 no l2norm", 1, 1, 129, 9, {30, 1}, 2, false, 0.2f},
   };
   for (const RuleCase& c : cases) {
-    for (DType act : kActs) check_rule(c, act, rng_);
+    check_rule_forms(c, rng_);
   }
 }
 
@@ -272,9 +293,55 @@ TEST_F(GdnCuda, RuleMatchesCpuQwenShapes) {
       {"4B mixed batch", 16, 32, 128, 128, {1, 1024, 1, 7, 1}, 12},
       {"4B decode x64", 16, 32, 128, 128, std::vector<int32_t>(64, 1), 80},
       {"27B mixed batch", 16, 48, 128, 128, {200, 1, 1, 33}, 6},
+      {"4B chunk edges", 16, 32, 128, 128, {63, 64, 65, 129, 1, 2048}, 8},
   };
   for (const RuleCase& c : cases) {
-    for (DType act : kActs) check_rule(c, act, rng_);
+    check_rule_forms(c, rng_);
+  }
+}
+
+// A prefill continued from the state an earlier call left, at every alignment of the call
+// boundary to the chunked form's 64-token chunks (and past two chunks), all in the chunked
+// form: a 200-token request as calls of a and 200 - a rows against one CPU run.
+TEST_F(GdnCuda, ChunkedRuleContinuesAtEveryChunkAlignment) {
+  const int64_t hk = 2, hv = 4, dk = 128, dv = 64, tokens = 200;
+  const int64_t key_dim = hk * dk, value_dim = hv * dv;
+  for (int32_t a = 1; a <= 130; a += a < 66 ? 1 : 16) {
+    SCOPED_TRACE("first call " + std::to_string(a) + " rows");
+    Tensor qkv = random_tensor({tokens, 2 * key_dim + value_dim}, DType::kBF16, rng_, 0.0f, 1.0f);
+    Tensor g, beta;
+    random_gating(tokens, hv, rng_, g, beta);
+    Tensor state = random_tensor({2, hv, dk, dv}, DType::kF32, rng_, 0.0f, 0.3f);
+    Tensor qkv_f32 = to_f32(qkv);
+    Tensor state_ref = state.clone();
+    Tensor out_ref = Tensor::empty({tokens, value_dim}, DType::kF32);
+    const std::vector<int32_t> loc = {0, static_cast<int32_t>(tokens)}, slots = {1};
+    GDN_ASSERT_OK(cpu::gated_delta_rule(
+        qkv_f32.slice(1, 0, key_dim), qkv_f32.slice(1, key_dim, 2 * key_dim),
+        qkv_f32.slice(1, 2 * key_dim, 2 * key_dim + value_dim), g, beta, cpu::GdnBatch{loc, slots},
+        cpu::GatedDeltaRuleParams{}, state_ref, out_ref));
+
+    Tensor state_gpu = dev(state);
+    Tensor out = Tensor::empty({tokens, value_dim}, DType::kF32);
+    cuda::GatedDeltaRuleParams params;
+    params.chunked_min_rows = 1;
+    for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, a}, {a, tokens}}) {
+      Batch b;
+      b.add(static_cast<int32_t>(end - begin), 1);
+      const DeviceBatch db = upload(b);
+      Tensor qkv_gpu = dev(qkv.slice(0, begin, end).clone());
+      Tensor g_gpu = dev(g.slice(0, begin, end).clone());
+      Tensor beta_gpu = dev(beta.slice(0, begin, end).clone());
+      Tensor out_gpu = dev(fill_nan({end - begin, value_dim}, DType::kBF16));
+      GDN_ASSERT_OK(cuda::gated_delta_rule(
+          qkv_gpu.slice(1, 0, key_dim), qkv_gpu.slice(1, key_dim, 2 * key_dim),
+          qkv_gpu.slice(1, 2 * key_dim, 2 * key_dim + value_dim), g_gpu, beta_gpu, db.view, params,
+          state_gpu, out_gpu, kStream));
+      const Tensor part = host_f32(out_gpu);
+      std::memcpy(out.data<float>() + begin * value_dim, part.data_ptr(), part.nbytes());
+    }
+    EXPECT_TRUE(relative_l2(out, out_ref, kBf16Tolerance)) << "out";
+    EXPECT_TRUE(relative_l2(host_f32(state_gpu), state_ref, kBf16Tolerance)) << "state";
   }
 }
 
@@ -282,7 +349,7 @@ TEST_F(GdnCuda, RulePaddingRequestWritesZerosAndNoState) {
   const RuleCase cases[] = {{"padding Dk=32", 2, 4, 32, 32, {3, 10, 1, 4}, 6},
                             {"padding Dk=20 Dv=24", 2, 4, 20, 24, {3, 10, 1, 4}, 6}};
   for (const RuleCase& c : cases) {
-    for (DType act : kActs) check_rule(c, act, rng_, /*padding_request=*/1);
+    check_rule_forms(c, rng_, /*padding_request=*/1);
   }
 }
 

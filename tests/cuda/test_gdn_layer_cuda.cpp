@@ -119,8 +119,8 @@ void put_rows(const Tensor& src, Tensor& dst, int64_t at) {
 
 // Three requests -- a decode, a prefill, a decode -- run once as one call and once as
 // pieces.size() calls (the prefill in the given pieces, each decode one row per call).
-// Chunked must equal whole (the same arithmetic: only where the state waits in memory
-// differs), and whole must equal the CPU.
+// Chunked must equal whole (in F32 the same arithmetic: only where the state waits in memory
+// differs; in BF16 within BF16 rounding), and whole must equal the CPU.
 void check_layer_in_chunks(const LayerCase& c, DType act, std::mt19937& rng) {
   SCOPED_TRACE(c.name + " act=" + std::string(dtype_name(act)));
   const LayerDims d(c);
@@ -181,10 +181,13 @@ void check_layer_in_chunks(const LayerCase& c, DType act, std::mt19937& rng) {
   }
   ASSERT_EQ(done, c.prefill_len);
 
-  EXPECT_TRUE(relative_l2(core_split, core_whole, 1e-6)) << "chunked vs one call: core";
+  // In BF16 the delta rule's chunked form starts its 64-token chunks where each call's rows
+  // start (and pieces under 16 rows go token by token), so the split rounds differently.
+  const double split_tol = act == DType::kF32 ? 1e-6 : kBf16Tolerance;
+  EXPECT_TRUE(relative_l2(core_split, core_whole, split_tol)) << "chunked vs one call: core";
   EXPECT_TRUE(relative_l2(host_f32(split_state.conv), host_f32(whole_state.conv), 0.0))
       << "chunked vs one call: conv state";
-  EXPECT_TRUE(relative_l2(host_f32(split_state.ssm), host_f32(whole_state.ssm), 1e-6))
+  EXPECT_TRUE(relative_l2(host_f32(split_state.ssm), host_f32(whole_state.ssm), split_tol))
       << "chunked vs one call: ssm state";
   const double tol = act == DType::kF32 ? kRuleF32Tolerance : kBf16Tolerance;
   EXPECT_TRUE(relative_l2(core_whole, core_ref, tol)) << "vs CPU: core";

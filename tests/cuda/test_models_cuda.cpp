@@ -111,7 +111,8 @@ void GoldenCuda::check_reference(const Tolerance& tol) {
     int64_t next = argmax(logits.data<float>() + (n - 1) * vocab, vocab);
     for (int64_t s = 0; s < steps; ++s) {
       if (ref_margins.data<float>()[s] < tol.margin) break;
-      ASSERT_EQ(next, ref_greedy.data<int64_t>()[s]) << GetParam() << " prompt " << p << " step " << s;
+      ASSERT_EQ(next, ref_greedy.data<int64_t>()[s])
+          << GetParam() << " prompt " << p << " step " << s;
       ++compared;
       if (s + 1 == steps) break;
       seq.tokens.push_back(next);
@@ -131,11 +132,12 @@ void GoldenCuda::check_reference(const Tolerance& tol) {
   ASSERT_GT(positions, 0u);
   EXPECT_LE(prefill_errors[positions / 2], tol.logits) << "median prefill position";
   EXPECT_LE(prefill_errors[positions * 9 / 10], tol.logits) << "90th-percentile prefill position";
-  std::printf("%-14s cuda %s: %d prompts, prefill rel L2 over %zu positions: median %.2e, p90 "
-              "%.2e, worst %.2e; worst decode %.2e, %lld greedy tokens equal\n",
-              GetParam().c_str(), std::string(dtype_name(tol.dtype)).c_str(), prompts, positions,
-              prefill_errors[positions / 2], prefill_errors[positions * 9 / 10],
-              prefill_errors.back(), worst_decode, static_cast<long long>(compared));
+  std::printf(
+      "%-14s cuda %s: %d prompts, prefill rel L2 over %zu positions: median %.2e, p90 "
+      "%.2e, worst %.2e; worst decode %.2e, %lld greedy tokens equal\n",
+      GetParam().c_str(), std::string(dtype_name(tol.dtype)).c_str(), prompts, positions,
+      prefill_errors[positions / 2], prefill_errors[positions * 9 / 10], prefill_errors.back(),
+      worst_decode, static_cast<long long>(compared));
 }
 
 // BF16 bounds. transformers itself, run in bfloat16 on these small random-weight checkpoints,
@@ -160,11 +162,23 @@ Tolerance bf16_tolerance(const std::string& model) {
   return {DType::kBF16, 1.5e-1, 0.25f};
 }
 
-TEST_P(GoldenCuda, Bf16MatchesTransformers) { check_reference(bf16_tolerance(GetParam())); }
+TEST_P(GoldenCuda, Bf16MatchesTransformers) {
+  check_reference(bf16_tolerance(GetParam()));
+}
 
-TEST_P(GoldenCuda, F32MatchesTransformers) { check_reference({DType::kF32, 1e-3, 1e-3f}); }
+TEST_P(GoldenCuda, F32MatchesTransformers) {
+  check_reference({DType::kF32, 1e-3, 1e-3f});
+}
 
-// Prefill in chunks of 1, 3 and 7 tokens gives the logits of one whole-prompt step.
+// Prefill in chunks of 1, 3, 7, 17 and 33 tokens gives the logits of one whole-prompt step.
+// Attention-only models run the same arithmetic either way, up to BF16 rounding of the split:
+// 1e-2 at every position. In the hybrids the whole 70-token prompt runs the delta rule in its
+// chunked tensor-core form (chunks of 64 from the prompt's start), chunks of 17 and 33 in
+// that form from other starts, and chunks under 16 tokens token by token: two BF16
+// computations of the same function, whose differences these random-weight hybrids amplify as
+// they amplify any BF16 rounding (the goldens' BF16 rule above), so they are held to that
+// rule: 1.5e-1 at every position, for the MoE hybrids at the median and 90th percentile
+// (1.0 at any single position, where rounding flipped a router decision).
 TEST_P(GoldenCuda, ChunkedPrefillMatchesWhole) {
   const fs::path dir = fs::path(VLLM_SOURCE_DIR) / "tests" / "golden" / GetParam();
   auto model = load(DType::kBF16);
@@ -191,15 +205,30 @@ TEST_P(GoldenCuda, ChunkedPrefillMatchesWhole) {
     }
     return logits;
   };
+  const Tolerance tol = GetParam() == "llama" || GetParam() == "qwen3"
+                            ? Tolerance{DType::kBF16, 1e-2, 0.0f}
+                            : bf16_tolerance(GetParam());
   const std::vector<float> whole = run(n);
   ASSERT_EQ(static_cast<int64_t>(whole.size()), n * vocab);
-  for (int64_t chunk : {1, 3, 7}) {
+  for (int64_t chunk : {1, 3, 7, 17, 33}) {
     const std::vector<float> chunked = run(chunk);
     ASSERT_EQ(chunked.size(), whole.size());
+    std::vector<double> errors;
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_LE(testing::rel_l2(chunked.data() + i * vocab, whole.data() + i * vocab, vocab), 1e-2)
+      const double err =
+          testing::rel_l2(chunked.data() + i * vocab, whole.data() + i * vocab, vocab);
+      EXPECT_LE(err, tol.only_quantiles ? tol.per_position : tol.logits)
           << GetParam() << " chunk " << chunk << " position " << i;
+      errors.push_back(err);
     }
+    std::sort(errors.begin(), errors.end());
+    EXPECT_LE(errors[errors.size() / 2], tol.logits) << "median position, chunk " << chunk;
+    EXPECT_LE(errors[errors.size() * 9 / 10], tol.logits) << "p90 position, chunk " << chunk;
+    std::printf(
+        "%-14s chunked prefill of %lld: rel L2 to the whole prompt's logits median %.2e, "
+        "p90 %.2e, worst %.2e\n",
+        GetParam().c_str(), static_cast<long long>(chunk), errors[errors.size() / 2],
+        errors[errors.size() * 9 / 10], errors.back());
   }
 }
 

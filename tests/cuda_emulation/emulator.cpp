@@ -97,6 +97,11 @@ int syncthreads_or(int predicate) {
   return any;
 }
 
+void syncwarp() {
+  const unsigned tid = t_state.thread_idx.x;
+  t_block->warps[tid / kWarpSize]->wait();
+}
+
 float shfl_xor(float value, int lane_mask) {
   Block& block = *t_block;
   const unsigned tid = t_state.thread_idx.x;

@@ -9,12 +9,13 @@
 // wrote shows in the output. cp.async copies land at once (common.cuh's non-sm_80 path).
 //
 // Include this before any CUDA kernel source: it defines the CUDA builtins the kernels use
-// (threadIdx, blockIdx, blockDim, gridDim, __syncthreads, __syncthreads_or,
-// __shfl_xor_sync, __int_as_float, __uint_as_float, __ldg, min) and VLLM_CUDA_EMULATION, which
-// routes mma.cuh's tensor-core product to an emulation from the PTX ISA's fragment tables
-// (emulated_mma_m16n8k16_bf16, f32 sums of exact bf16 products). What it does not model: the
-// memory model between blocks (blocks are sequential), warp-synchronous code without
-// shuffles, timing.
+// (threadIdx, blockIdx, blockDim, gridDim, __syncthreads, __syncthreads_or, __syncwarp,
+// __shfl_xor_sync, __int_as_float, __uint_as_float, __ldg, min, max) and VLLM_CUDA_EMULATION,
+// which routes mma.cuh's tensor-core product to an emulation from the PTX ISA's fragment
+// tables (emulated_mma_m16n8k16_bf16, f32 sums of exact bf16 products). What it does not
+// model: the memory model between blocks (blocks are sequential), warp-synchronous code
+// without shuffles or __syncwarp, static __shared__ arrays (they are per thread here: kernels
+// keep shared data in dynamic shared memory), timing.
 #pragma once
 
 // Device code's hooks into the emulator (mma.cuh's tensor-core product).
@@ -45,6 +46,8 @@ ThreadState& state();
 
 void syncthreads();
 int syncthreads_or(int predicate);
+// A barrier of the calling warp's 32 lanes (__syncwarp with the full mask).
+void syncwarp();
 float shfl_xor(float value, int lane_mask);
 // The calling warp's 32 lanes each contribute `words` and receive all lanes' words
 // ([lane][word], words <= 16). Every lane of the warp must call it.
@@ -69,6 +72,9 @@ void launch(dim3 grid, unsigned threads, unsigned char* shared, size_t shared_by
 inline void __syncthreads() {
   vllm::emu::syncthreads();
 }
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
+  vllm::emu::syncwarp();
+}
 inline int __syncthreads_or(int predicate) {
   return vllm::emu::syncthreads_or(predicate);
 }
@@ -92,4 +98,7 @@ inline T __ldg(const T* p) {
 }
 inline int min(int a, int b) {
   return a < b ? a : b;
+}
+inline int max(int a, int b) {
+  return a > b ? a : b;
 }

@@ -44,10 +44,15 @@ struct GatedDeltaRuleParams {
   bool use_qk_l2norm = true;
   float l2norm_eps = 1e-6f;
   float scale = 0.0f;  // 0: 1 / sqrt(Dk)
+  // BF16 requests of at least this many rows (and Dk <= 128) run in the chunked tensor-core
+  // form; the others token by token. 0: the default (16); INT_MAX: always token by token.
+  int chunked_min_rows = 0;
 };
 
-// The gated delta rule, token by token per request (cpu::gated_delta_rule).
-// q, k [T, Hk * Dk]; v [T, Hv * Dv] (row strides allowed); g, beta F32 [T, Hv];
+// The gated delta rule (cpu::gated_delta_rule): token by token per request, or, for BF16
+// requests of chunked_min_rows rows or more, in chunks of 64 tokens on tensor cores (the same
+// function to BF16 rounding: its products round T, W, U, the state's copy and q, k, v to
+// BF16). q, k [T, Hk * Dk]; v [T, Hv * Dv] (row strides allowed); g, beta F32 [T, Hv];
 // state F32 [num_slots, Hv, Dk, Dv] updated in place; out [T, Hv * Dv] in q's dtype.
 // Dk is 1 .. 256 (larger is refused: the state column lives in registers), Dv any size.
 Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,

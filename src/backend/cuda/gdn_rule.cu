@@ -1,7 +1,9 @@
-// The gated delta rule on the GPU (gdn.cuh; the semantics of cpu::gated_delta_rule), in its
-// token-by-token recurrent form: one kernel for decode and prefill. (The chunked tensor-core
-// form for long prefills is a later kernel.)
+// The gated delta rule on the GPU (gdn.cuh; the semantics of cpu::gated_delta_rule): the
+// token-by-token recurrent kernel below, for decode rows, short requests and F32 activations,
+// and for BF16 requests of at least kChunkMinRows rows the chunked tensor-core kernel of
+// gdn_chunk.cuh. Both run in one call over disjoint requests (each skips the other's).
 //
+// The recurrent form:
 // Per (request r, value head h) the state S is Dk x Dv f32 (64 KB at 128 x 128) and each
 // token t does, with k and q of key head h / (Hv / Hk) L2-normalised (q also scaled):
 //   S *= exp(g);  mem = S^T k;  delta = beta (v - mem);  S += k delta^T;  out = S^T q.
@@ -44,11 +46,15 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_batch.cuh"
+#include "backend/cuda/gdn_chunk.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
+#if defined(VLLM_CUDA_EMULATION)
+// The emulated blocks' shared memory for the chunked kernel (tests/cuda_emulation).
+alignas(16) unsigned char detail::gdn_chunk_smem[detail::ChunkSmem::kBytes];
+#endif
 namespace {
-using detail::launch_pdl;
 using detail::pdl_launch_next;
 using detail::pdl_wait;
 
@@ -86,11 +92,22 @@ struct RuleParams {
   int group;  // value heads per key head
   int dk;     // 1 .. the kernel's capacity
   int dv;
-  int col_tiles;  // ceil(dv / kColsPerWarp)
+  int col_tiles;         // ceil(dv / kColsPerWarp)
+  int chunked_min_rows;  // requests with at least this many rows are the chunked kernel's
   float scale;
   float l2norm_eps;
   bool use_l2norm;
 };
+
+// The staging buffers of one block of the kernel of capacity kCap.
+template <int kCap>
+constexpr size_t rule_smem_bytes() {
+  return sizeof(float) * kWarpsPerBlock * 2 * 2 * kCap;
+}
+
+#if defined(VLLM_CUDA_EMULATION)
+alignas(16) unsigned char gdn_rule_smem[rule_smem_bytes<kMaxKeyDim>()];
+#endif
 
 // kCap: the key-dim capacity C (see the top of the file); p.dk <= kCap.
 template <typename T, int kCap>
@@ -102,8 +119,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   constexpr int kPerLane = kCap / kWarpSize;  // k / q elements each lane stages
   static_assert(kRows % 4 == 0 && kPerLane >= 1, "rows are read as float4");
   constexpr int kMinDk = min_key_dim<kCap>();
-  // [warp][buffer][k, q][C]; elements Dk .. C - 1 stay zero.
-  __shared__ __align__(16) float stage[kWarpsPerBlock][2][2][kCap];
+  // stage[warp][buffer][k, q][C] in dynamic shared memory; elements Dk .. C - 1 stay zero.
+#if defined(VLLM_CUDA_EMULATION)
+  auto& stage = *reinterpret_cast<float(*)[kWarpsPerBlock][2][2][kCap]>(gdn_rule_smem);
+#else
+  extern __shared__ __align__(16) float rule_smem[];
+  auto& stage = *reinterpret_cast<float(*)[kWarpsPerBlock][2][2][kCap]>(rule_smem);
+#endif
 
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
@@ -121,7 +143,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   const bool writes_out = col_ok && row_group == 0;
 
   const detail::RequestRows rows = detail::request_rows(p.batch, request);
-  if (rows.begin == rows.end) return;
+  if (rows.begin == rows.end || rows.end - rows.begin >= p.chunked_min_rows) return;
   const int64_t out_col = static_cast<int64_t>(head) * p.dv + col;
   if (rows.slot < 0) {  // padding: no state, zero outputs
     if (writes_out) {
@@ -268,9 +290,49 @@ Status launch_rule(const RuleParams<T>& p, cudaStream_t stream) {
                       "cuda::gated_delta_rule: {} requests x {} heads exceed the grid limit",
                       p.batch.num_requests, p.value_heads);
   }
-  launch_pdl(gated_delta_rule_kernel<T, kCap>, static_cast<unsigned>(blocks),
-             kWarpsPerBlock * kWarpSize, 0, stream, p);
+#if defined(VLLM_CUDA_EMULATION)
+  (void)stream;
+  emu::launch(dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * kWarpSize, gdn_rule_smem,
+              rule_smem_bytes<kCap>(), [&] { gated_delta_rule_kernel<T, kCap>(p); });
+  return Status::ok();
+#else
+  detail::launch_pdl(gated_delta_rule_kernel<T, kCap>, static_cast<unsigned>(blocks),
+                     kWarpsPerBlock * kWarpSize, rule_smem_bytes<kCap>(), stream, p);
   return check_launch("gated_delta_rule_kernel");
+#endif
+}
+
+// One block per (request, value head, slice of value columns); requests under p.min_rows
+// rows leave at once.
+Status launch_chunked(const detail::ChunkRuleParams& p, cudaStream_t stream) {
+  using detail::ChunkSmem;
+  const int64_t blocks = static_cast<int64_t>(p.batch.num_requests) * p.value_heads * p.slices;
+  if (blocks > INT_MAX) {
+    return make_error(ErrorCode::kUnsupported,
+                      "cuda::gated_delta_rule: {} requests x {} heads exceed the grid limit",
+                      p.batch.num_requests, p.value_heads);
+  }
+#if defined(VLLM_CUDA_EMULATION)
+  (void)stream;
+  emu::launch(dim3(static_cast<unsigned>(blocks)), detail::kChunkThreads, detail::gdn_chunk_smem,
+              ChunkSmem::kBytes, [&] { detail::gated_delta_rule_chunk_kernel(p); });
+  return Status::ok();
+#else
+  static const bool configured = [] {
+    return cudaFuncSetAttribute(detail::gated_delta_rule_chunk_kernel,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                ChunkSmem::kBytes) == cudaSuccess;
+  }();
+  if (!configured) {
+    return make_error(ErrorCode::kInternal,
+                      "cuda::gated_delta_rule: the chunked kernel cannot take {} bytes of shared "
+                      "memory",
+                      ChunkSmem::kBytes);
+  }
+  detail::launch_pdl(detail::gated_delta_rule_chunk_kernel, static_cast<unsigned>(blocks),
+                     detail::kChunkThreads, ChunkSmem::kBytes, stream, p);
+  return check_launch("gated_delta_rule_chunk_kernel");
+#endif
 }
 
 // The kernel of the smallest capacity that holds p.dk (1 .. kMaxKeyDim, checked).
@@ -373,6 +435,43 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   const float scale = params.scale != 0.0f
                           ? params.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  // BF16 requests of chunked_min_rows rows or more take the chunked kernel, when the batch may
+  // hold one (max_query_len is a bound: the kernels check each request's own rows).
+  const int min_rows =
+      params.chunked_min_rows > 0 ? params.chunked_min_rows : detail::kChunkMinRows;
+  const bool chunked =
+      q.dtype() == DType::kBF16 && dk <= detail::kChunkKeyDim && batch.max_query_len >= min_rows;
+  if (chunked) {
+    using T = __nv_bfloat16;
+    detail::ChunkRuleParams p{};
+    p.q = static_cast<const T*>(q_rows.data);
+    p.k = static_cast<const T*>(k_rows.data);
+    p.v = static_cast<const T*>(v_rows.data);
+    p.g = static_cast<const float*>(g_rows.data);
+    p.beta = static_cast<const float*>(beta_rows.data);
+    p.out = static_cast<T*>(out_rows.data);
+    p.state = state.data<float>();
+    p.batch = view;
+    p.q_stride = q_rows.row_stride;
+    p.k_stride = k_rows.row_stride;
+    p.v_stride = v_rows.row_stride;
+    p.g_stride = g_rows.row_stride;
+    p.beta_stride = beta_rows.row_stride;
+    p.out_stride = out_rows.row_stride;
+    p.value_heads = static_cast<int>(hv);
+    p.group = static_cast<int>(hv / hk);
+    p.dk = static_cast<int>(dk);
+    p.dv = static_cast<int>(dv);
+    p.slices = static_cast<int>(detail::ceil_div(dv, detail::kChunkSlice));
+    p.min_rows = min_rows;
+    p.scale = scale;
+    p.l2norm_eps = params.l2norm_eps;
+    p.use_l2norm = params.use_qk_l2norm;
+    p.qk_vec = dk % 8 == 0 && detail::rows_aligned(q_rows, sizeof(T), 16) &&
+               detail::rows_aligned(k_rows, sizeof(T), 16);
+    p.v_vec = dv % 8 == 0 && detail::rows_aligned(v_rows, sizeof(T), 16);
+    VLLM_RETURN_IF_ERROR(launch_chunked(p, stream));
+  }
   auto run = [&](auto type_tag) {
     using T = decltype(type_tag);
     RuleParams<T> p{};
@@ -395,6 +494,7 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
     p.dk = static_cast<int>(dk);
     p.dv = static_cast<int>(dv);
     p.col_tiles = static_cast<int>(detail::ceil_div(dv, kColsPerWarp));
+    p.chunked_min_rows = chunked ? min_rows : INT_MAX;
     p.scale = scale;
     p.l2norm_eps = params.l2norm_eps;
     p.use_l2norm = params.use_qk_l2norm;

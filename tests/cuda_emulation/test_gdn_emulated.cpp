@@ -1,0 +1,164 @@
+// The gated delta rule's CUDA kernels run on the CPU (emulator.h) against cpu::gated_delta_rule
+// on every CI run: above all the chunked tensor-core form (gdn_chunk.cuh) -- its fragment
+// layouts, the triangular solve, the masks of partial chunks, key dims under its 128-row
+// capacity, value slices past Dv, state carried across chunks and across calls -- and the
+// split of one batch between it and the token-by-token kernel.
+//
+// BF16 activations against the CPU op in f32 on the same (bf16-rounded) inputs. The chunked
+// form rounds its intermediate products' operands to BF16 (T, W, U, the state's copy, k, q),
+// so outputs and states are held to relative L2 1e-2, the BF16 bound of the GPU tests.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gdn.h"
+#include "backend/cuda/gdn.cuh"
+#include "cuda/cuda_test_util.h"
+
+namespace vllm {
+namespace {
+
+constexpr double kTolerance = 1e-2;
+
+Tensor as_cuda(const Tensor& host) {
+  return Tensor::borrow(host.data_ptr(), host.shape(), host.dtype(), Device::cuda(), nullptr);
+}
+
+Tensor i32_tensor(const std::vector<int32_t>& values) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, DType::kI32);
+  for (size_t i = 0; i < values.size(); ++i) t.data<int32_t>()[i] = values[i];
+  return t;
+}
+
+struct Case {
+  std::string name;
+  int64_t hk, hv, dk, dv;
+  std::vector<int32_t> lens;
+  int chunked_min_rows = 1;  // 1: every request takes the chunked kernel
+  bool l2norm = true;
+  float scale = 0.0f;
+  int64_t extra_cols = 0;        // q | k | v are column slices of a row this much wider
+  std::vector<int32_t> slots{};  // default: request r on slot r + 1 (slot 0 untouched)
+};
+
+// g and beta as the model makes them (gdn_gating of random projections), decays spread over
+// heads so that some heads remember across many chunks.
+void random_gating(int64_t tokens, int64_t hv, std::mt19937& rng, Tensor& g, Tensor& beta) {
+  Tensor a = cuda_test::random_tensor({tokens, hv}, DType::kF32, rng, 0.0f, 1.0f);
+  Tensor b = cuda_test::random_tensor({tokens, hv}, DType::kF32, rng, 0.0f, 1.5f);
+  Tensor A_log = cuda_test::random_tensor({hv}, DType::kF32, rng, -1.0f, 1.5f);
+  Tensor dt_bias = cuda_test::random_tensor({hv}, DType::kF32, rng, -1.0f, 0.5f);
+  g = Tensor::empty({tokens, hv}, DType::kF32);
+  beta = Tensor::empty({tokens, hv}, DType::kF32);
+  ASSERT_TRUE(cpu::gdn_gating(a, b, A_log, dt_bias, g, beta).is_ok());
+}
+
+void run_case(const Case& c, std::mt19937& rng) {
+  SCOPED_TRACE(c.name);
+  std::vector<int32_t> loc{0};
+  for (int32_t len : c.lens) loc.push_back(loc.back() + len);
+  std::vector<int32_t> slots = c.slots;
+  if (slots.empty()) {
+    for (size_t r = 0; r < c.lens.size(); ++r) slots.push_back(static_cast<int32_t>(r + 1));
+  }
+  int32_t max_len = 0;
+  for (int32_t len : c.lens) max_len = std::max(max_len, len);
+  const int64_t num_slots = static_cast<int64_t>(c.lens.size()) + 2;
+  const int64_t tokens = loc.back(), key_dim = c.hk * c.dk, value_dim = c.hv * c.dv;
+  const int64_t width = 2 * key_dim + value_dim + c.extra_cols;
+  const float qk_stddev = c.l2norm ? 1.0f : 0.1f;  // unnormalised k must stay small
+  Tensor qkv = cuda_test::random_tensor({tokens, width}, DType::kBF16, rng, 0.0f, qk_stddev);
+  Tensor g, beta;
+  random_gating(tokens, c.hv, rng, g, beta);
+  Tensor state =
+      cuda_test::random_tensor({num_slots, c.hv, c.dk, c.dv}, DType::kF32, rng, 0.0f, 0.3f);
+  const int64_t q0 = c.extra_cols;  // q starts after the extra columns
+  auto cols = [&](const Tensor& t, int64_t begin, int64_t n) {
+    return t.slice(1, q0 + begin, q0 + begin + n);
+  };
+
+  Tensor qkv_f32 = cuda_test::to_f32(qkv);
+  Tensor state_ref = state.clone();
+  Tensor out_ref = Tensor::empty({tokens, value_dim}, DType::kF32);
+  cpu::GatedDeltaRuleParams cpu_params;
+  cpu_params.use_qk_l2norm = c.l2norm;
+  cpu_params.scale = c.scale;
+  ASSERT_TRUE(cpu::gated_delta_rule(cols(qkv_f32, 0, key_dim), cols(qkv_f32, key_dim, key_dim),
+                                    cols(qkv_f32, 2 * key_dim, value_dim), g, beta,
+                                    cpu::GdnBatch{loc, slots}, cpu_params, state_ref, out_ref)
+                  .is_ok());
+
+  Tensor loc_t = i32_tensor(loc), slots_t = i32_tensor(slots);
+  cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), max_len};
+  Tensor out = cuda_test::fill_nan({tokens, value_dim}, DType::kBF16);
+  Tensor out_dev = as_cuda(out), state_dev = as_cuda(state);
+  cuda::GatedDeltaRuleParams params;
+  params.use_qk_l2norm = c.l2norm;
+  params.scale = c.scale;
+  params.chunked_min_rows = c.chunked_min_rows;
+  Tensor qkv_dev = as_cuda(qkv);
+  const Status s =
+      cuda::gated_delta_rule(cols(qkv_dev, 0, key_dim), cols(qkv_dev, key_dim, key_dim),
+                             cols(qkv_dev, 2 * key_dim, value_dim), as_cuda(g), as_cuda(beta),
+                             batch, params, state_dev, out_dev, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_TRUE(cuda_test::relative_l2(cuda_test::to_f32(out), out_ref, kTolerance)) << "out";
+  EXPECT_TRUE(cuda_test::relative_l2(state, state_ref, kTolerance)) << "state";
+}
+
+// Qwen's head shape (Dk = Dv = 128: two value slices) over requests of one token (a chunk of
+// one valid row), of chunk boundaries +-1, and of several chunks with a partial last one.
+TEST(GdnEmulated, ChunkedRuleMatchesCpuQwenHeads) {
+  std::mt19937 rng(7);
+  run_case({"Dk=Dv=128 Hk=1 Hv=2", 1, 2, 128, 128, {1, 63, 64, 65, 150}}, rng);
+}
+
+// Key dims under the 128-row capacity (the golden checkpoints' 16 / 20 / 24, a partial
+// 16-wide tile, one past 64), value dims that are not multiples of 8 or of the 64-column
+// slice, odd element offsets (element-wise loads), no L2 norm with an explicit scale.
+TEST(GdnEmulated, ChunkedRuleMatchesCpuOtherShapes) {
+  std::mt19937 rng(11);
+  run_case({"Dk=16 Dv=20 Hk=2 Hv=4", 2, 4, 16, 20, {3, 70, 1}}, rng);
+  run_case({"Dk=20 Dv=24 Hk=2 Hv=4 offset", 2, 4, 20, 24, {40, 2}, 1, true, 0.0f, 3}, rng);
+  run_case({"Dk=65 Dv=9 Hk=1 Hv=1", 1, 1, 65, 9, {66}}, rng);
+  run_case({"Dk=24 Dv=72 Hk=1 Hv=2 no l2norm", 1, 2, 24, 72, {5, 64}, 1, false, 0.3f}, rng);
+}
+
+// The default split: requests of 16 rows or more chunked, shorter ones (decode rows) token by
+// token, in one call; and everything token by token when the batch's bound is under 16.
+TEST(GdnEmulated, ChunkedAndRecurrentRequestsShareOneCall) {
+  std::mt19937 rng(13);
+  run_case({"mixed", 1, 2, 32, 32, {1, 15, 16, 80, 1}, 0}, rng);
+  run_case({"all short", 1, 2, 32, 32, {1, 15, 2}, 0}, rng);
+}
+
+// A padding request (slot -1) of chunked length writes zero rows and touches no state.
+TEST(GdnEmulated, ChunkedPaddingRequestWritesZeros) {
+  std::mt19937 rng(17);
+  const int64_t hv = 2, dk = 32, dv = 40, tokens = 20;
+  std::vector<int32_t> loc{0, tokens};
+  std::vector<int32_t> slots{-1};
+  Tensor qkv = cuda_test::random_tensor({tokens, 2 * dk + hv * dv}, DType::kBF16, rng, 0, 1);
+  Tensor g, beta;
+  random_gating(tokens, hv, rng, g, beta);
+  Tensor state = cuda_test::random_tensor({2, hv, dk, dv}, DType::kF32, rng, 0.0f, 0.3f);
+  const Tensor before = state.clone();
+  Tensor loc_t = i32_tensor(loc), slots_t = i32_tensor(slots);
+  cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), static_cast<int32_t>(tokens)};
+  Tensor out = cuda_test::fill_nan({tokens, hv * dv}, DType::kBF16);
+  Tensor out_dev = as_cuda(out), state_dev = as_cuda(state), qkv_dev = as_cuda(qkv);
+  ASSERT_TRUE(cuda::gated_delta_rule(qkv_dev.slice(1, 0, dk), qkv_dev.slice(1, dk, 2 * dk),
+                                     qkv_dev.slice(1, 2 * dk, 2 * dk + hv * dv), as_cuda(g),
+                                     as_cuda(beta), batch, cuda::GatedDeltaRuleParams{}, state_dev,
+                                     out_dev, nullptr)
+                  .is_ok());
+  const Tensor out_f32 = cuda_test::to_f32(out);
+  for (int64_t i = 0; i < out_f32.numel(); ++i) ASSERT_EQ(out_f32.data<float>()[i], 0.0f) << i;
+  EXPECT_TRUE(cuda_test::relative_l2(state, before, 0.0)) << "state untouched";
+}
+
+}  // namespace
+}  // namespace vllm
