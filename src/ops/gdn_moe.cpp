@@ -77,7 +77,13 @@ Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k
     p.use_qk_l2norm = args.use_qk_l2norm;
     p.l2norm_eps = args.l2norm_eps;
     p.scale = args.scale;
-    return cuda::gated_delta_rule(q, k, v, g, beta, cuda_batch(layout), p, state, out, stream(ctx));
+    const cuda::GdnBatch batch = cuda_batch(layout);
+    // Scratch of the chunked form (long prefill rows): per-chunk products of every chunk.
+    const size_t bytes = cuda::gated_delta_rule_workspace_size(q, state, batch, p);
+    if (bytes > 0) {
+      VLLM_ASSIGN_OR_RETURN(p.workspace, ctx.alloc({static_cast<int64_t>(bytes)}, DType::kU8));
+    }
+    return cuda::gated_delta_rule(q, k, v, g, beta, batch, p, state, out, stream(ctx));
   }
 #endif
   return unsupported("gated_delta_rule", out);

@@ -8,7 +8,7 @@
 //     the H200's ~4.3 TB/s. The requests' slots rotate over >= 512 MiB of state so each call
 //     streams from HBM, not from the 60 MB L2.
 //   - prefill of 1 request of 16, 64 and 2048 tokens and of 8 requests of 2048, in tokens/s:
-//     the delta rule as the op chooses it (chunked on tensor cores from 16 rows) and token by
+//     the delta rule as the op chooses it (chunked on tensor cores from 32 rows) and token by
 //     token ("rule-tt", latency-bound), for the choice of the crossover.
 // Prints a markdown table.
 #include <cuda_runtime_api.h>
@@ -95,6 +95,12 @@ class LayerBench {
   Status rule(int i, int chunked_min_rows = 0) {
     cuda::GatedDeltaRuleParams params;
     params.chunked_min_rows = chunked_min_rows;
+    const Tensor q = conv_out_.slice(1, 0, key_dim_);
+    const size_t bytes = cuda::gated_delta_rule_workspace_size(q, ssm_state_, batch(i), params);
+    if (bytes > workspace_.nbytes()) {
+      workspace_ = empty({static_cast<int64_t>(bytes)}, DType::kU8);
+    }
+    if (bytes > 0) params.workspace = workspace_;
     return cuda::gated_delta_rule(conv_out_.slice(1, 0, key_dim_),
                                   conv_out_.slice(1, key_dim_, 2 * key_dim_),
                                   conv_out_.slice(1, 2 * key_dim_, conv_dim_), g_, beta_, batch(i),
@@ -145,6 +151,7 @@ class LayerBench {
   Tensor mixed_, ba_, conv_weight_, A_log_, dt_bias_, norm_;
   Tensor conv_out_, g_, beta_, core_;
   Tensor conv_state_, ssm_state_;
+  Tensor workspace_;
 };
 
 void print_row(const std::string& model, const std::string& scenario, const char* op, double bytes,

@@ -4,6 +4,7 @@
 // tests' tolerances and fixture.
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -113,6 +114,17 @@ inline DeviceBatch upload(const Batch& b) {
   d.slots = dev(i32_tensor(b.slots));
   d.view = cuda::GdnBatch{d.loc, d.slots, b.max_len};
   return d;
+}
+
+// The delta rule's workspace for these arguments (undefined when it needs none), filled with
+// 0xff bytes (NaN in BF16 and F32) so that a read of anything the kernels did not write shows.
+inline Tensor rule_workspace(const Tensor& q, const Tensor& state, const cuda::GdnBatch& batch,
+                             const cuda::GatedDeltaRuleParams& params) {
+  const size_t bytes = cuda::gated_delta_rule_workspace_size(q, state, batch, params);
+  if (bytes == 0) return Tensor();
+  Tensor ws = Tensor::try_empty({static_cast<int64_t>(bytes)}, DType::kU8, Device::cuda()).value();
+  VLLM_CHECK(cudaMemset(ws.data_ptr(), 0xff, bytes) == cudaSuccess);
+  return ws;
 }
 
 // Rows [begin, end) of a 2-D CPU tensor.

@@ -12,7 +12,7 @@
 //
 // BF16 activations are compared with the CPU ops run in f32 on the same (bf16) inputs. The
 // delta rule runs in every form the op has: F32 and BF16 token by token, BF16 with the op's
-// split (requests of 16 rows or more chunked), BF16 with every request chunked.
+// split (requests of 32 rows or more chunked), BF16 with every request chunked.
 // Tolerances (relative L2): BF16 1e-2 (output rounding; the chunked form's state too, its
 // products round their operands to BF16); F32 1e-5, also for the token-by-token delta rule's
 // output and state in both dtypes (kRuleF32Tolerance: gdn_cuda_test_util.h says why). States copied
@@ -232,6 +232,8 @@ void check_rule(const RuleCase& c, DType act, int chunked_min_rows, std::mt19937
   const DeviceBatch db = upload(b);
   Tensor qkv_gpu = dev(qkv), g_gpu = dev(g), beta_gpu = dev(beta), state_gpu = dev(state);
   Tensor out_gpu = dev(fill_nan({tokens, value_dim}, act));
+  gpu_params.workspace =
+      gdn_test::rule_workspace(qkv_gpu.slice(1, 0, key_dim), state_gpu, db.view, gpu_params);
   GDN_ASSERT_OK(
       cuda::gated_delta_rule(qkv_gpu.slice(1, 0, key_dim), qkv_gpu.slice(1, key_dim, 2 * key_dim),
                              qkv_gpu.slice(1, 2 * key_dim, 2 * key_dim + value_dim), g_gpu,
@@ -333,6 +335,8 @@ TEST_F(GdnCuda, ChunkedRuleContinuesAtEveryChunkAlignment) {
       Tensor g_gpu = dev(g.slice(0, begin, end).clone());
       Tensor beta_gpu = dev(beta.slice(0, begin, end).clone());
       Tensor out_gpu = dev(fill_nan({end - begin, value_dim}, DType::kBF16));
+      params.workspace =
+          gdn_test::rule_workspace(qkv_gpu.slice(1, 0, key_dim), state_gpu, db.view, params);
       GDN_ASSERT_OK(cuda::gated_delta_rule(
           qkv_gpu.slice(1, 0, key_dim), qkv_gpu.slice(1, key_dim, 2 * key_dim),
           qkv_gpu.slice(1, 2 * key_dim, 2 * key_dim + value_dim), g_gpu, beta_gpu, db.view, params,
@@ -508,6 +512,23 @@ TEST_F(GdnCuda, RejectsBadArguments) {
   cuda::GdnBatch negative{db.loc, db.slots, -1};
   expect_error(cuda::gated_delta_rule(q, k, v, g, beta, negative, params, state, out, kStream),
                ErrorCode::kInvalidArgument, "max_query_len");
+  // The chunked form (BF16) without its workspace, or with one byte too few.
+  Tensor q16 = dev(random_tensor({tokens, 64}, DType::kBF16, rng_, 0.0f, 1.0f));
+  Tensor out16 = dev(Tensor::empty({tokens, 64}, DType::kBF16));
+  cuda::GatedDeltaRuleParams chunked;
+  chunked.chunked_min_rows = 1;
+  const size_t bytes = cuda::gated_delta_rule_workspace_size(q16, state, db.view, chunked);
+  ASSERT_GT(bytes, 0u);
+  expect_error(
+      cuda::gated_delta_rule(q16, q16, q16, g, beta, db.view, chunked, state, out16, kStream),
+      ErrorCode::kInvalidArgument, "workspace of");
+  chunked.workspace = dev(Tensor::zeros({static_cast<int64_t>(bytes) - 1}, DType::kU8));
+  expect_error(
+      cuda::gated_delta_rule(q16, q16, q16, g, beta, db.view, chunked, state, out16, kStream),
+      ErrorCode::kInvalidArgument, "workspace of");
+  chunked.workspace = dev(Tensor::zeros({static_cast<int64_t>(bytes)}, DType::kU8));
+  GDN_ASSERT_OK(
+      cuda::gated_delta_rule(q16, q16, q16, g, beta, db.view, chunked, state, out16, kStream));
 
   // Conv: a kernel wider than the kernel holds, and a state of the wrong width.
   Tensor x = dev(Tensor::zeros({tokens, 16}, DType::kF32));

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +26,17 @@ constexpr double kTolerance = 1e-2;
 
 Tensor as_cuda(const Tensor& host) {
   return Tensor::borrow(host.data_ptr(), host.shape(), host.dtype(), Device::cuda(), nullptr);
+}
+
+// The op's workspace for these arguments in host memory labelled CUDA, filled with 0xff bytes
+// (NaN in BF16 and F32) so that a read of anything the kernels did not write shows.
+Tensor workspace(const Tensor& q, const Tensor& state, const cuda::GdnBatch& batch,
+                 const cuda::GatedDeltaRuleParams& params, Tensor& host) {
+  const size_t bytes = cuda::gated_delta_rule_workspace_size(q, state, batch, params);
+  if (bytes == 0) return Tensor();
+  host = Tensor::empty({static_cast<int64_t>(bytes)}, DType::kU8);
+  std::memset(host.data_ptr(), 0xff, bytes);
+  return as_cuda(host);
 }
 
 Tensor i32_tensor(const std::vector<int32_t>& values) {
@@ -100,6 +112,8 @@ void run_case(const Case& c, std::mt19937& rng) {
   params.scale = c.scale;
   params.chunked_min_rows = c.chunked_min_rows;
   Tensor qkv_dev = as_cuda(qkv);
+  Tensor ws_host;
+  params.workspace = workspace(cols(qkv_dev, 0, key_dim), state_dev, batch, params, ws_host);
   const Status s =
       cuda::gated_delta_rule(cols(qkv_dev, 0, key_dim), cols(qkv_dev, key_dim, key_dim),
                              cols(qkv_dev, 2 * key_dim, value_dim), as_cuda(g), as_cuda(beta),
@@ -127,18 +141,18 @@ TEST(GdnEmulated, ChunkedRuleMatchesCpuOtherShapes) {
   run_case({"Dk=24 Dv=72 Hk=1 Hv=2 no l2norm", 1, 2, 24, 72, {5, 64}, 1, false, 0.3f}, rng);
 }
 
-// The default split: requests of 16 rows or more chunked, shorter ones (decode rows) token by
-// token, in one call; and everything token by token when the batch's bound is under 16.
+// The default split: requests of 32 rows or more chunked, shorter ones (decode rows) token by
+// token, in one call; and everything token by token when the batch's bound is under 32.
 TEST(GdnEmulated, ChunkedAndRecurrentRequestsShareOneCall) {
   std::mt19937 rng(13);
-  run_case({"mixed", 1, 2, 32, 32, {1, 15, 16, 80, 1}, 0}, rng);
-  run_case({"all short", 1, 2, 32, 32, {1, 15, 2}, 0}, rng);
+  run_case({"mixed", 1, 2, 32, 32, {1, 31, 32, 80, 1}, 0}, rng);
+  run_case({"all short", 1, 2, 32, 32, {1, 31, 2}, 0}, rng);
 }
 
 // A padding request (slot -1) of chunked length writes zero rows and touches no state.
 TEST(GdnEmulated, ChunkedPaddingRequestWritesZeros) {
   std::mt19937 rng(17);
-  const int64_t hv = 2, dk = 32, dv = 40, tokens = 20;
+  const int64_t hv = 2, dk = 32, dv = 40, tokens = 40;
   std::vector<int32_t> loc{0, tokens};
   std::vector<int32_t> slots{-1};
   Tensor qkv = cuda_test::random_tensor({tokens, 2 * dk + hv * dv}, DType::kBF16, rng, 0, 1);
@@ -150,10 +164,13 @@ TEST(GdnEmulated, ChunkedPaddingRequestWritesZeros) {
   cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), static_cast<int32_t>(tokens)};
   Tensor out = cuda_test::fill_nan({tokens, hv * dv}, DType::kBF16);
   Tensor out_dev = as_cuda(out), state_dev = as_cuda(state), qkv_dev = as_cuda(qkv);
+  cuda::GatedDeltaRuleParams params;
+  Tensor ws_host;
+  params.workspace = workspace(qkv_dev.slice(1, 0, dk), state_dev, batch, params, ws_host);
+  ASSERT_TRUE(params.workspace.defined());
   ASSERT_TRUE(cuda::gated_delta_rule(qkv_dev.slice(1, 0, dk), qkv_dev.slice(1, dk, 2 * dk),
                                      qkv_dev.slice(1, 2 * dk, 2 * dk + hv * dv), as_cuda(g),
-                                     as_cuda(beta), batch, cuda::GatedDeltaRuleParams{}, state_dev,
-                                     out_dev, nullptr)
+                                     as_cuda(beta), batch, params, state_dev, out_dev, nullptr)
                   .is_ok());
   const Tensor out_f32 = cuda_test::to_f32(out);
   for (int64_t i = 0; i < out_f32.numel(); ++i) ASSERT_EQ(out_f32.data<float>()[i], 0.0f) << i;

@@ -17,6 +17,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 #include "base/status.h"
 #include "tensor/tensor.h"
 
@@ -45,9 +47,18 @@ struct GatedDeltaRuleParams {
   float l2norm_eps = 1e-6f;
   float scale = 0.0f;  // 0: 1 / sqrt(Dk)
   // BF16 requests of at least this many rows (and Dk <= 128) run in the chunked tensor-core
-  // form; the others token by token. 0: the default (16); INT_MAX: always token by token.
+  // form; the others token by token. 0: the default (32); INT_MAX: always token by token.
   int chunked_min_rows = 0;
+  // Device scratch of gated_delta_rule_workspace_size() bytes, needed when that is not 0 (the
+  // chunked form's per-chunk products). Refused when missing or too small.
+  Tensor workspace;
 };
+
+// Bytes of workspace gated_delta_rule needs for these arguments (0: none): the chunked form's,
+// about 24 KB per token at Qwen3.5-4B's heads (q, k normalised per key head; W, U~ per value
+// head, in BF16), for the batch's token count whatever its split.
+size_t gated_delta_rule_workspace_size(const Tensor& q, const Tensor& state, const GdnBatch& batch,
+                                       const GatedDeltaRuleParams& params);
 
 // The gated delta rule (cpu::gated_delta_rule): token by token per request, or, for BF16
 // requests of chunked_min_rows rows or more, in chunks of 64 tokens on tensor cores (the same

@@ -38,6 +38,7 @@
 // Dv is any size (the columns past Dv are idle lanes that still take part in the shuffles).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -47,12 +48,15 @@
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_batch.cuh"
 #include "backend/cuda/gdn_chunk.cuh"
+#include "backend/cuda/gdn_chunk_prep.cuh"
+#include "backend/cuda/gdn_chunk_state.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
 #if defined(VLLM_CUDA_EMULATION)
 // The emulated blocks' shared memory for the chunked kernel (tests/cuda_emulation).
-alignas(16) unsigned char detail::gdn_chunk_smem[detail::ChunkSmem::kBytes];
+alignas(16) unsigned char detail::gdn_chunk_smem[std::max(detail::PrepSmem::kBytes,
+                                                          detail::StateSmem::kBytes)];
 #endif
 namespace {
 using detail::pdl_launch_next;
@@ -302,37 +306,76 @@ Status launch_rule(const RuleParams<T>& p, cudaStream_t stream) {
 #endif
 }
 
-// One block per (request, value head, slice of value columns); requests under p.min_rows
-// rows leave at once.
+// A kernel of the chunked form with `smem` bytes of dynamic shared memory (limits raised once).
+template <typename Kernel>
+Status launch_chunk_kernel(Kernel kernel, const char* name, dim3 grid, int threads, int smem,
+                           const detail::ChunkRuleParams& p, cudaStream_t stream) {
+#if defined(VLLM_CUDA_EMULATION)
+  (void)name;
+  (void)stream;
+  emu::launch(grid, static_cast<unsigned>(threads), detail::gdn_chunk_smem,
+              static_cast<size_t>(smem), [&] { kernel(p); });
+  return Status::ok();
+#else
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem) != cudaSuccess) {
+    return make_error(ErrorCode::kInternal,
+                      "cuda::gated_delta_rule: {} cannot take {} bytes of "
+                      "shared memory",
+                      name, smem);
+  }
+  detail::launch_pdl(kernel, grid, threads, static_cast<size_t>(smem), stream, p);
+  return check_launch(name);
+#endif
+}
+
+// The chunked form: numbering, the per-chunk products of all chunks at once, then the chunks
+// of each request in order (gdn_chunk.cuh).
 Status launch_chunked(const detail::ChunkRuleParams& p, cudaStream_t stream) {
-  using detail::ChunkSmem;
-  const int64_t blocks = static_cast<int64_t>(p.batch.num_requests) * p.value_heads * p.slices;
-  if (blocks > INT_MAX) {
+  const int64_t state_blocks =
+      static_cast<int64_t>(p.batch.num_requests) * p.value_heads * p.slices;
+  if (state_blocks > INT_MAX || p.value_heads > detail::kMaxGridY) {
     return make_error(ErrorCode::kUnsupported,
                       "cuda::gated_delta_rule: {} requests x {} heads exceed the grid limit",
                       p.batch.num_requests, p.value_heads);
   }
-#if defined(VLLM_CUDA_EMULATION)
-  (void)stream;
-  emu::launch(dim3(static_cast<unsigned>(blocks)), detail::kChunkThreads, detail::gdn_chunk_smem,
-              ChunkSmem::kBytes, [&] { detail::gated_delta_rule_chunk_kernel(p); });
-  return Status::ok();
-#else
-  static const bool configured = [] {
-    return cudaFuncSetAttribute(detail::gated_delta_rule_chunk_kernel,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                ChunkSmem::kBytes) == cudaSuccess;
-  }();
-  if (!configured) {
-    return make_error(ErrorCode::kInternal,
-                      "cuda::gated_delta_rule: the chunked kernel cannot take {} bytes of shared "
-                      "memory",
-                      ChunkSmem::kBytes);
-  }
-  detail::launch_pdl(detail::gated_delta_rule_chunk_kernel, static_cast<unsigned>(blocks),
-                     detail::kChunkThreads, ChunkSmem::kBytes, stream, p);
-  return check_launch("gated_delta_rule_chunk_kernel");
-#endif
+  VLLM_RETURN_IF_ERROR(launch_chunk_kernel(detail::gdn_chunk_index_kernel, "gdn_chunk_index_kernel",
+                                           dim3(1), detail::kChunkIndexThreads,
+                                           detail::kChunkIndexThreads * sizeof(int), p, stream));
+  VLLM_RETURN_IF_ERROR(launch_chunk_kernel(
+      detail::gdn_chunk_prep_kernel, "gdn_chunk_prep_kernel",
+      dim3(static_cast<unsigned>(p.ws.max_chunks), static_cast<unsigned>(p.value_heads)),
+      detail::kChunkThreads, detail::PrepSmem::kBytes, p, stream));
+  return launch_chunk_kernel(detail::gdn_chunk_state_kernel, "gdn_chunk_state_kernel",
+                             dim3(static_cast<unsigned>(state_blocks)), detail::kStateThreads,
+                             detail::StateSmem::kBytes, p, stream);
+}
+
+// Whether the chunked form runs for this call, and its workspace layout.
+struct ChunkPlan {
+  bool chunked = false;
+  int min_rows = 0;
+  int64_t max_chunks = 0;
+  detail::ChunkWorkspaceLayout layout;
+};
+
+ChunkPlan plan_chunked(DType act, int64_t tokens, int64_t requests, int64_t key_heads,
+                       int64_t value_heads, int64_t dk, int64_t dv, int32_t max_query_len,
+                       const GatedDeltaRuleParams& params) {
+  ChunkPlan plan;
+  plan.min_rows = params.chunked_min_rows > 0 ? params.chunked_min_rows : detail::kChunkMinRows;
+  // max_query_len is a bound: the kernels check each request's own rows.
+  plan.chunked = act == DType::kBF16 && dk <= detail::kChunkKeyDim && tokens > 0 && dv > 0 &&
+                 requests > 0 && max_query_len >= plan.min_rows;
+  if (!plan.chunked) return plan;
+  // A chunked request of n >= min_rows rows has ceil(n / 64) <= (n + 63) / 64 chunks, and at
+  // most T / min_rows requests are chunked: at most (T + 63 min(R, T / min_rows)) / 64 in all.
+  const int64_t chunked_requests = std::min<int64_t>(requests, tokens / plan.min_rows);
+  plan.max_chunks = (tokens + (detail::kChunk - 1) * chunked_requests) / detail::kChunk;
+  const int64_t dv_pad = detail::ceil_div(dv, detail::kChunkSlice) * detail::kChunkSlice;
+  plan.layout =
+      detail::chunk_workspace_layout(plan.max_chunks, requests, key_heads, value_heads, dv_pad);
+  return plan;
 }
 
 // The kernel of the smallest capacity that holds p.dk (1 .. kMaxKeyDim, checked).
@@ -346,6 +389,18 @@ Status dispatch_rule(const RuleParams<T>& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+size_t gated_delta_rule_workspace_size(const Tensor& q, const Tensor& state, const GdnBatch& batch,
+                                       const GatedDeltaRuleParams& params) {
+  if (state.ndim() != 4 || q.ndim() != 2 || state.size(2) == 0 || q.size(1) % state.size(2) != 0 ||
+      batch.state_indices.ndim() != 1) {
+    return 0;  // the op refuses these shapes
+  }
+  const ChunkPlan plan =
+      plan_chunked(q.dtype(), q.size(0), batch.state_indices.size(0), q.size(1) / state.size(2),
+                   state.size(1), state.size(2), state.size(3), batch.max_query_len, params);
+  return plan.chunked ? plan.layout.bytes : 0;
+}
 
 Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, const GdnBatch& batch,
@@ -435,14 +490,28 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   const float scale = params.scale != 0.0f
                           ? params.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
-  // BF16 requests of chunked_min_rows rows or more take the chunked kernel, when the batch may
-  // hold one (max_query_len is a bound: the kernels check each request's own rows).
-  const int min_rows =
-      params.chunked_min_rows > 0 ? params.chunked_min_rows : detail::kChunkMinRows;
-  const bool chunked =
-      q.dtype() == DType::kBF16 && dk <= detail::kChunkKeyDim && batch.max_query_len >= min_rows;
+  // BF16 requests of chunked_min_rows rows or more take the chunked form, when the batch may
+  // hold one.
+  const ChunkPlan plan = plan_chunked(q.dtype(), tokens, view.num_requests, hk, hv, dk, dv,
+                                      batch.max_query_len, params);
+  const int min_rows = plan.min_rows;
+  const bool chunked = plan.chunked;
   if (chunked) {
+    const Tensor& ws = params.workspace;
+    if (!ws.defined() || !ws.device().is_cuda() || ws.device() != q.device() ||
+        !ws.is_contiguous() || ws.nbytes() < plan.layout.bytes) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "{}: the chunked form needs a contiguous workspace of {} bytes on {} "
+                        "(gated_delta_rule_workspace_size), got {}",
+                        kOp, plan.layout.bytes, q.device().to_string(),
+                        ws.defined() ? ws.to_string() : std::string("none"));
+    }
+    if (plan.max_chunks > INT_MAX) {
+      return make_error(ErrorCode::kUnsupported, "{}: {} tokens are too many for one call", kOp,
+                        tokens);
+    }
     using T = __nv_bfloat16;
+    auto* base = static_cast<unsigned char*>(const_cast<void*>(ws.data_ptr()));
     detail::ChunkRuleParams p{};
     p.q = static_cast<const T*>(q_rows.data);
     p.k = static_cast<const T*>(k_rows.data);
@@ -452,17 +521,28 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
     p.out = static_cast<T*>(out_rows.data);
     p.state = state.data<float>();
     p.batch = view;
+    p.ws.chunk_request = reinterpret_cast<int32_t*>(base + plan.layout.request);
+    p.ws.chunk_first = reinterpret_cast<int32_t*>(base + plan.layout.first);
+    p.ws.qn = reinterpret_cast<T*>(base + plan.layout.qn);
+    p.ws.kn = reinterpret_cast<T*>(base + plan.layout.kn);
+    p.ws.kt = reinterpret_cast<T*>(base + plan.layout.kt);
+    p.ws.w = reinterpret_cast<T*>(base + plan.layout.w);
+    p.ws.u = reinterpret_cast<T*>(base + plan.layout.u);
+    p.ws.gcum = reinterpret_cast<float*>(base + plan.layout.gcum);
+    p.ws.max_chunks = static_cast<int>(plan.max_chunks);
     p.q_stride = q_rows.row_stride;
     p.k_stride = k_rows.row_stride;
     p.v_stride = v_rows.row_stride;
     p.g_stride = g_rows.row_stride;
     p.beta_stride = beta_rows.row_stride;
     p.out_stride = out_rows.row_stride;
+    p.key_heads = static_cast<int>(hk);
     p.value_heads = static_cast<int>(hv);
     p.group = static_cast<int>(hv / hk);
     p.dk = static_cast<int>(dk);
     p.dv = static_cast<int>(dv);
     p.slices = static_cast<int>(detail::ceil_div(dv, detail::kChunkSlice));
+    p.ws.dv_pad = p.slices * detail::kChunkSlice;
     p.min_rows = min_rows;
     p.scale = scale;
     p.l2norm_eps = params.l2norm_eps;
