@@ -177,5 +177,47 @@ TEST(GdnEmulated, ChunkedPaddingRequestWritesZeros) {
   EXPECT_TRUE(cuda_test::relative_l2(state, before, 0.0)) << "state untouched";
 }
 
+// Requests whose rows overlap (a batch no scheduler makes, but the kernels read it from device
+// memory unchecked) can number more chunks than the workspace bound, which counts each token
+// once: those past it are treated as padding -- zero rows, their state slots untouched -- and
+// nothing is read or written outside the workspace.
+TEST(GdnEmulated, ChunkedRequestsPastTheWorkspaceBoundAreRefusedOnTheDevice) {
+  std::mt19937 rng(19);
+  const int64_t hv = 1, dk = 32, dv = 32, tokens = 64;
+  // Three requests on rows [0, 64) each: 3 chunks, where 64 tokens allow min(3, 64 / 32) = 2.
+  std::vector<int32_t> loc{0, 64, 0, 64, 0, 64};
+  std::vector<int32_t> slots{1, 2, 3, 4, 5};
+  Tensor qkv = cuda_test::random_tensor({tokens, 2 * dk + hv * dv}, DType::kBF16, rng, 0, 1);
+  Tensor g, beta;
+  random_gating(tokens, hv, rng, g, beta);
+  Tensor state = cuda_test::random_tensor({6, hv, dk, dv}, DType::kF32, rng, 0.0f, 0.3f);
+  const Tensor before = state.clone();
+  Tensor loc_t = i32_tensor(loc), slots_t = i32_tensor(slots);
+  cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), static_cast<int32_t>(tokens)};
+  Tensor out = cuda_test::fill_nan({tokens, hv * dv}, DType::kBF16);
+  Tensor out_dev = as_cuda(out), state_dev = as_cuda(state), qkv_dev = as_cuda(qkv);
+  cuda::GatedDeltaRuleParams params;
+  Tensor ws_host;
+  params.workspace = workspace(qkv_dev.slice(1, 0, dk), state_dev, batch, params, ws_host);
+  ASSERT_TRUE(params.workspace.defined());
+  ASSERT_TRUE(cuda::gated_delta_rule(qkv_dev.slice(1, 0, dk), qkv_dev.slice(1, dk, 2 * dk),
+                                     qkv_dev.slice(1, 2 * dk, 2 * dk + dv), as_cuda(g),
+                                     as_cuda(beta), batch, params, state_dev, out_dev, nullptr)
+                  .is_ok());
+  // Requests 0 and 2 took the two chunks the bound allows (their slots changed); request 4
+  // did not (its slot, 5, is as it was), nor did the empty requests 1 and 3 (slots 2 and 4).
+  const int64_t slot_elems = hv * dk * dv;
+  auto slot_changed = [&](int64_t slot) {
+    return std::memcmp(state.data<float>() + slot * slot_elems,
+                       before.data<float>() + slot * slot_elems, slot_elems * sizeof(float)) != 0;
+  };
+  EXPECT_TRUE(slot_changed(1));
+  EXPECT_TRUE(slot_changed(3));
+  EXPECT_FALSE(slot_changed(2));
+  EXPECT_FALSE(slot_changed(4));
+  EXPECT_FALSE(slot_changed(5));
+  EXPECT_FALSE(slot_changed(0));
+}
+
 }  // namespace
 }  // namespace vllm

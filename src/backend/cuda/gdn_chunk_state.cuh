@@ -36,7 +36,11 @@ __global__ void __launch_bounds__(kStateThreads, 1)
   const int tid = threadIdx.x;
   const int col0 = slice * kChunkSlice;  // this block's first value column in the head
   T* out_head = p.out + static_cast<int64_t>(head) * p.dv + col0;
-  if (rows.slot < 0) {  // padding: no state, zero outputs
+  const int num_chunks = (num_rows + kChunk - 1) / kChunk;
+  const int first_chunk = p.ws.chunk_first[request];
+  // Padding: no state, zero outputs. So too a request whose chunks the workspace cannot hold,
+  // which only a batch whose requests' rows overlap can make (the bound counts each token once).
+  if (rows.slot < 0 || first_chunk < 0 || first_chunk + num_chunks > p.ws.max_chunks) {
     for (int i = tid; i < num_rows * kChunkSlice; i += kStateThreads) {
       const int n = i % kChunkSlice;
       if (col0 + n < p.dv) {
@@ -68,8 +72,6 @@ __global__ void __launch_bounds__(kStateThreads, 1)
   const int r_hi = r_lo + 8;
   const int key_head = head / p.group;
   const int dk_tiles = (p.dk + 15) / 16;
-  const int num_chunks = (num_rows + kChunk - 1) / kChunk;
-  const int first_chunk = p.ws.chunk_first[request];
 
   // One chunk's tiles into stage `stage`: q, k, k^T, W, the U~ slice, G.
   auto fetch = [&](int j, int stage) {
