@@ -54,6 +54,7 @@ struct Case {
   float scale = 0.0f;
   int64_t extra_cols = 0;        // q | k | v are column slices of a row this much wider
   std::vector<int32_t> slots{};  // default: request r on slot r + 1 (slot 0 untouched)
+  int32_t max_len = 0;           // the batch's max_query_len when larger than its longest
 };
 
 // g and beta as the model makes them (gdn_gating of random projections), decays spread over
@@ -76,7 +77,7 @@ void run_case(const Case& c, std::mt19937& rng) {
   if (slots.empty()) {
     for (size_t r = 0; r < c.lens.size(); ++r) slots.push_back(static_cast<int32_t>(r + 1));
   }
-  int32_t max_len = 0;
+  int32_t max_len = c.max_len;
   for (int32_t len : c.lens) max_len = std::max(max_len, len);
   const int64_t num_slots = static_cast<int64_t>(c.lens.size()) + 2;
   const int64_t tokens = loc.back(), key_dim = c.hk * c.dk, value_dim = c.hv * c.dv;
@@ -147,6 +148,15 @@ TEST(GdnEmulated, ChunkedAndRecurrentRequestsShareOneCall) {
   std::mt19937 rng(13);
   run_case({"mixed", 1, 2, 32, 32, {1, 31, 32, 80, 1}, 0}, rng);
   run_case({"all short", 1, 2, 32, 32, {1, 31, 2}, 0}, rng);
+  // max_query_len is a bound, not each request's length: a loose one (40 over 20 tokens) asks
+  // for no chunked launch the batch cannot use.
+  run_case({"loose bound", 1, 2, 32, 32, {12, 8}, 0, true, 0.0f, 0, {}, 40}, rng);
+  const Tensor q = Tensor::empty({20, 32}, DType::kBF16);
+  const Tensor state = Tensor::empty({4, 2, 32, 32}, DType::kF32);
+  const Tensor slots = i32_tensor({1, 2});
+  EXPECT_EQ(cuda::gated_delta_rule_workspace_size(q, state, cuda::GdnBatch{Tensor(), slots, 40},
+                                                  cuda::GatedDeltaRuleParams{}),
+            0u);
 }
 
 // A padding request (slot -1) of chunked length writes zero rows and touches no state.

@@ -1,7 +1,8 @@
 // The gated delta rule on the GPU (gdn.cuh; the semantics of cpu::gated_delta_rule): the
 // token-by-token recurrent kernel below, for decode rows, short requests and F32 activations,
-// and for BF16 requests of at least kChunkMinRows rows the chunked tensor-core kernel of
-// gdn_chunk.cuh. Both run in one call over disjoint requests (each skips the other's).
+// and for BF16 requests of at least kChunkMinRows rows the chunked tensor-core kernels of
+// gdn_chunk.cuh (numbering), gdn_chunk_prep.cuh and gdn_chunk_state.cuh. Both forms run in one
+// call over disjoint requests (each skips the other's).
 //
 // The recurrent form:
 // Per (request r, value head h) the state S is Dk x Dv f32 (64 KB at 128 x 128) and each
@@ -320,9 +321,8 @@ Status launch_chunk_kernel(Kernel kernel, const char* name, dim3 grid, int threa
   if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                smem) != cudaSuccess) {
     return make_error(ErrorCode::kInternal,
-                      "cuda::gated_delta_rule: {} cannot take {} bytes of "
-                      "shared memory",
-                      name, smem);
+                      "cuda::gated_delta_rule: {} cannot take {} bytes of shared memory", name,
+                      smem);
   }
   detail::launch_pdl(kernel, grid, threads, static_cast<size_t>(smem), stream, p);
   return check_launch(name);
@@ -364,9 +364,10 @@ ChunkPlan plan_chunked(DType act, int64_t tokens, int64_t requests, int64_t key_
                        const GatedDeltaRuleParams& params) {
   ChunkPlan plan;
   plan.min_rows = params.chunked_min_rows > 0 ? params.chunked_min_rows : detail::kChunkMinRows;
-  // max_query_len is a bound: the kernels check each request's own rows.
-  plan.chunked = act == DType::kBF16 && dk <= detail::kChunkKeyDim && tokens > 0 && dv > 0 &&
-                 requests > 0 && max_query_len >= plan.min_rows;
+  // max_query_len is a bound: the kernels check each request's own rows (and no request of a
+  // batch of fewer than min_rows tokens can have min_rows of them).
+  plan.chunked = act == DType::kBF16 && dk <= detail::kChunkKeyDim && tokens >= plan.min_rows &&
+                 dv > 0 && requests > 0 && max_query_len >= plan.min_rows;
   if (!plan.chunked) return plan;
   // A chunked request of n >= min_rows rows has ceil(n / 64) <= (n + 63) / 64 chunks, and at
   // most T / min_rows requests are chunked: at most (T + 63 min(R, T / min_rows)) / 64 in all.
