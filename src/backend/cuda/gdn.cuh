@@ -54,9 +54,10 @@ struct GatedDeltaRuleParams {
   Tensor workspace;
 };
 
-// Bytes of workspace gated_delta_rule needs for these arguments (0: none): the chunked form's,
-// about 24 KB per token at Qwen3.5-4B's heads (q, k normalised per key head; W, U~ per value
-// head, in BF16), for the batch's token count whatever its split.
+// Bytes of workspace gated_delta_rule needs for these arguments (0: none): the chunked form's
+// per-chunk products (q, k, k^T normalised per key head; W, U~ per value head, in BF16; G) for
+// the most chunks the batch can hold, (T + 63 min(R, T / 32)) / 64: ~1.8 MB a chunk at
+// Qwen3.5-4B's heads, 28 KB a token when the chunks are full.
 size_t gated_delta_rule_workspace_size(const Tensor& q, const Tensor& state, const GdnBatch& batch,
                                        const GatedDeltaRuleParams& params);
 
