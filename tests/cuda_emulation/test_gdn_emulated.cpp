@@ -69,6 +69,28 @@ void random_gating(int64_t tokens, int64_t hv, std::mt19937& rng, Tensor& g, Ten
   ASSERT_TRUE(cpu::gdn_gating(a, b, A_log, dt_bias, g, beta).is_ok());
 }
 
+// Runs cuda::gated_delta_rule in the emulator on host tensors: q | k | v are columns [q0,
+// q0 + 2 key_dim + value_dim) of qkv; state is updated in place and out written. Sets *chunked
+// to whether the call needed the chunked form's workspace.
+Status run_emulated(const Tensor& qkv, int64_t q0, int64_t key_dim, int64_t value_dim,
+                    const Tensor& g, const Tensor& beta, const std::vector<int32_t>& loc,
+                    const std::vector<int32_t>& slots, int32_t max_len,
+                    cuda::GatedDeltaRuleParams params, Tensor& state, Tensor& out,
+                    bool* chunked = nullptr) {
+  Tensor loc_t = i32_tensor(loc), slots_t = i32_tensor(slots);
+  const cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), max_len};
+  const Tensor qkv_dev = as_cuda(qkv);
+  const Tensor q = qkv_dev.slice(1, q0, q0 + key_dim);
+  Tensor state_dev = as_cuda(state), out_dev = as_cuda(out);
+  Tensor ws_host;
+  params.workspace = workspace(q, state_dev, batch, params, ws_host);
+  if (chunked != nullptr) *chunked = params.workspace.defined();
+  return cuda::gated_delta_rule(q, qkv_dev.slice(1, q0 + key_dim, q0 + 2 * key_dim),
+                                qkv_dev.slice(1, q0 + 2 * key_dim, q0 + 2 * key_dim + value_dim),
+                                as_cuda(g), as_cuda(beta), batch, params, state_dev, out_dev,
+                                nullptr);
+}
+
 void run_case(const Case& c, std::mt19937& rng) {
   SCOPED_TRACE(c.name);
   std::vector<int32_t> loc{0};
@@ -104,21 +126,13 @@ void run_case(const Case& c, std::mt19937& rng) {
                                     cpu::GdnBatch{loc, slots}, cpu_params, state_ref, out_ref)
                   .is_ok());
 
-  Tensor loc_t = i32_tensor(loc), slots_t = i32_tensor(slots);
-  cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), max_len};
   Tensor out = cuda_test::fill_nan({tokens, value_dim}, DType::kBF16);
-  Tensor out_dev = as_cuda(out), state_dev = as_cuda(state);
   cuda::GatedDeltaRuleParams params;
   params.use_qk_l2norm = c.l2norm;
   params.scale = c.scale;
   params.chunked_min_rows = c.chunked_min_rows;
-  Tensor qkv_dev = as_cuda(qkv);
-  Tensor ws_host;
-  params.workspace = workspace(cols(qkv_dev, 0, key_dim), state_dev, batch, params, ws_host);
   const Status s =
-      cuda::gated_delta_rule(cols(qkv_dev, 0, key_dim), cols(qkv_dev, key_dim, key_dim),
-                             cols(qkv_dev, 2 * key_dim, value_dim), as_cuda(g), as_cuda(beta),
-                             batch, params, state_dev, out_dev, nullptr);
+      run_emulated(qkv, q0, key_dim, value_dim, g, beta, loc, slots, max_len, params, state, out);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   EXPECT_TRUE(cuda_test::relative_l2(cuda_test::to_f32(out), out_ref, kTolerance)) << "out";
   EXPECT_TRUE(cuda_test::relative_l2(state, state_ref, kTolerance)) << "state";
@@ -170,18 +184,12 @@ TEST(GdnEmulated, ChunkedPaddingRequestWritesZeros) {
   random_gating(tokens, hv, rng, g, beta);
   Tensor state = cuda_test::random_tensor({2, hv, dk, dv}, DType::kF32, rng, 0.0f, 0.3f);
   const Tensor before = state.clone();
-  Tensor loc_t = i32_tensor(loc), slots_t = i32_tensor(slots);
-  cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), static_cast<int32_t>(tokens)};
   Tensor out = cuda_test::fill_nan({tokens, hv * dv}, DType::kBF16);
-  Tensor out_dev = as_cuda(out), state_dev = as_cuda(state), qkv_dev = as_cuda(qkv);
-  cuda::GatedDeltaRuleParams params;
-  Tensor ws_host;
-  params.workspace = workspace(qkv_dev.slice(1, 0, dk), state_dev, batch, params, ws_host);
-  ASSERT_TRUE(params.workspace.defined());
-  ASSERT_TRUE(cuda::gated_delta_rule(qkv_dev.slice(1, 0, dk), qkv_dev.slice(1, dk, 2 * dk),
-                                     qkv_dev.slice(1, 2 * dk, 2 * dk + hv * dv), as_cuda(g),
-                                     as_cuda(beta), batch, params, state_dev, out_dev, nullptr)
+  bool chunked = false;
+  ASSERT_TRUE(run_emulated(qkv, 0, dk, hv * dv, g, beta, loc, slots, static_cast<int32_t>(tokens),
+                           cuda::GatedDeltaRuleParams{}, state, out, &chunked)
                   .is_ok());
+  ASSERT_TRUE(chunked);
   const Tensor out_f32 = cuda_test::to_f32(out);
   for (int64_t i = 0; i < out_f32.numel(); ++i) ASSERT_EQ(out_f32.data<float>()[i], 0.0f) << i;
   EXPECT_TRUE(cuda_test::relative_l2(state, before, 0.0)) << "state untouched";
@@ -202,18 +210,12 @@ TEST(GdnEmulated, ChunkedRequestsPastTheWorkspaceBoundAreRefusedOnTheDevice) {
   random_gating(tokens, hv, rng, g, beta);
   Tensor state = cuda_test::random_tensor({6, hv, dk, dv}, DType::kF32, rng, 0.0f, 0.3f);
   const Tensor before = state.clone();
-  Tensor loc_t = i32_tensor(loc), slots_t = i32_tensor(slots);
-  cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), static_cast<int32_t>(tokens)};
   Tensor out = cuda_test::fill_nan({tokens, hv * dv}, DType::kBF16);
-  Tensor out_dev = as_cuda(out), state_dev = as_cuda(state), qkv_dev = as_cuda(qkv);
-  cuda::GatedDeltaRuleParams params;
-  Tensor ws_host;
-  params.workspace = workspace(qkv_dev.slice(1, 0, dk), state_dev, batch, params, ws_host);
-  ASSERT_TRUE(params.workspace.defined());
-  ASSERT_TRUE(cuda::gated_delta_rule(qkv_dev.slice(1, 0, dk), qkv_dev.slice(1, dk, 2 * dk),
-                                     qkv_dev.slice(1, 2 * dk, 2 * dk + dv), as_cuda(g),
-                                     as_cuda(beta), batch, params, state_dev, out_dev, nullptr)
+  bool chunked = false;
+  ASSERT_TRUE(run_emulated(qkv, 0, dk, hv * dv, g, beta, loc, slots, static_cast<int32_t>(tokens),
+                           cuda::GatedDeltaRuleParams{}, state, out, &chunked)
                   .is_ok());
+  ASSERT_TRUE(chunked);
   // Requests 0 and 2 took the two chunks the bound allows (their slots changed); request 4
   // did not (its slot, 5, is as it was), nor did the empty requests 1 and 3 (slots 2 and 4).
   const int64_t slot_elems = hv * dk * dv;

@@ -194,6 +194,24 @@ inline ChunkWorkspaceLayout chunk_workspace_layout(int64_t max_chunks, int64_t r
   return l;
 }
 
+// The workspace's parts at `base` (a layout's bytes) for max_chunks chunks.
+inline ChunkWorkspace carve_chunk_workspace(void* base, const ChunkWorkspaceLayout& l,
+                                            int max_chunks, int dv_pad) {
+  auto* b = static_cast<unsigned char*>(base);
+  ChunkWorkspace ws;
+  ws.chunk_request = reinterpret_cast<int32_t*>(b + l.request);
+  ws.chunk_first = reinterpret_cast<int32_t*>(b + l.first);
+  ws.qn = reinterpret_cast<__nv_bfloat16*>(b + l.qn);
+  ws.kn = reinterpret_cast<__nv_bfloat16*>(b + l.kn);
+  ws.kt = reinterpret_cast<__nv_bfloat16*>(b + l.kt);
+  ws.w = reinterpret_cast<__nv_bfloat16*>(b + l.w);
+  ws.u = reinterpret_cast<__nv_bfloat16*>(b + l.u);
+  ws.gcum = reinterpret_cast<float*>(b + l.gcum);
+  ws.max_chunks = max_chunks;
+  ws.dv_pad = dv_pad;
+  return ws;
+}
+
 __device__ __forceinline__ uint32_t smem_u32(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }

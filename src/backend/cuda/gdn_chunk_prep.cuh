@@ -168,11 +168,7 @@ __global__ void __launch_bounds__(kChunkThreads, 3) gdn_chunk_prep_kernel(const 
   {
     const int dk_tiles = (p.dk + 15) / 16;
     float kk[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) kk[nt][e] = 0.0f;
-    }
+    zero_fragments(kk);
 #pragma unroll
     for (int kc = 0; kc < kChunkKeyDim / 16; ++kc) {
       if (kc >= dk_tiles) break;
@@ -263,11 +259,7 @@ __global__ void __launch_bounds__(kChunkThreads, 3) gdn_chunk_prep_kernel(const 
   // B[s][n] of K comes from k^T (32-bit loads), of V from v's rows (two 16-bit loads).
   auto product = [&](const T* tmat, auto load_b, T* dst, int dst_stride) {
     float acc[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-    }
+    zero_fragments(acc);
 #pragma unroll
     for (int sc = 0; sc < kChunk / 16; ++sc) {
       if (sc > warp) break;

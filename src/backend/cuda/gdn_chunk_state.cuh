@@ -117,13 +117,18 @@ __global__ void __launch_bounds__(kStateThreads, 1)
   // layout.
   float s_acc[8][4];
   float* state = p.state + (static_cast<int64_t>(rows.slot) * p.value_heads + head) * p.dk * p.dv;
+  // Where s_acc[it][e] lives in the slot's [Dk, Dv] state, or -1 past Dk or Dv.
+  auto state_at = [&](int it, int e) -> int64_t {
+    const int n = col0 + 16 * rw + g + (e >= 2 ? 8 : 0);
+    const int i = 64 * ch + 8 * it + 2 * t4 + (e & 1);
+    return i < p.dk && n < p.dv ? static_cast<int64_t>(i) * p.dv + n : -1;
+  };
 #pragma unroll
   for (int it = 0; it < 8; ++it) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int n = col0 + 16 * rw + g + (e >= 2 ? 8 : 0);
-      const int i = 64 * ch + 8 * it + 2 * t4 + (e & 1);
-      s_acc[it][e] = i < p.dk && n < p.dv ? state[static_cast<int64_t>(i) * p.dv + n] : 0.0f;
+      const int64_t at = state_at(it, e);
+      s_acc[it][e] = at >= 0 ? state[at] : 0.0f;
     }
   }
   // S^T's BF16 copy: st[n][i].
@@ -155,6 +160,8 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 
     // ---- U = U~ - W S_0, O = Q S_0 (value columns [32 ch, +32)), P = Q K^T (all s) ----
     float u[4][4], o[4][4], pk[8][4];
+    zero_fragments(o);
+    zero_fragments(pk);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const int n = 32 * ch + nt * 8 + 2 * t4;
@@ -163,13 +170,6 @@ __global__ void __launch_bounds__(kStateThreads, 1)
       u[nt][1] = __uint_as_float(lo & 0xffff0000u);
       u[nt][2] = __uint_as_float(hi << 16);
       u[nt][3] = __uint_as_float(hi & 0xffff0000u);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) pk[nt][e] = 0.0f;
     }
 #pragma unroll
     for (int kc = 0; kc < kChunkKeyDim / 16; ++kc) {
@@ -285,9 +285,8 @@ __global__ void __launch_bounds__(kStateThreads, 1)
   for (int it = 0; it < 8; ++it) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int n = col0 + 16 * rw + g + (e >= 2 ? 8 : 0);
-      const int i = 64 * ch + 8 * it + 2 * t4 + (e & 1);
-      if (i < p.dk && n < p.dv) state[static_cast<int64_t>(i) * p.dv + n] = s_acc[it][e];
+      const int64_t at = state_at(it, e);
+      if (at >= 0) state[at] = s_acc[it][e];
     }
   }
 }

@@ -491,13 +491,37 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   const float scale = params.scale != 0.0f
                           ? params.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  // The fields both forms' parameters share (the token-by-token RuleParams<T>, the chunked
+  // ChunkRuleParams).
+  auto fill_common = [&](auto& p, auto type_tag) {
+    using T = decltype(type_tag);
+    p.q = static_cast<const T*>(q_rows.data);
+    p.k = static_cast<const T*>(k_rows.data);
+    p.v = static_cast<const T*>(v_rows.data);
+    p.g = static_cast<const float*>(g_rows.data);
+    p.beta = static_cast<const float*>(beta_rows.data);
+    p.out = static_cast<T*>(out_rows.data);
+    p.state = state.data<float>();
+    p.batch = view;
+    p.q_stride = q_rows.row_stride;
+    p.k_stride = k_rows.row_stride;
+    p.v_stride = v_rows.row_stride;
+    p.g_stride = g_rows.row_stride;
+    p.beta_stride = beta_rows.row_stride;
+    p.out_stride = out_rows.row_stride;
+    p.value_heads = static_cast<int>(hv);
+    p.group = static_cast<int>(hv / hk);
+    p.dk = static_cast<int>(dk);
+    p.dv = static_cast<int>(dv);
+    p.scale = scale;
+    p.l2norm_eps = params.l2norm_eps;
+    p.use_l2norm = params.use_qk_l2norm;
+  };
   // BF16 requests of chunked_min_rows rows or more take the chunked form, when the batch may
   // hold one.
   const ChunkPlan plan = plan_chunked(q.dtype(), tokens, view.num_requests, hk, hv, dk, dv,
                                       batch.max_query_len, params);
-  const int min_rows = plan.min_rows;
-  const bool chunked = plan.chunked;
-  if (chunked) {
+  if (plan.chunked) {
     const Tensor& ws = params.workspace;
     if (!ws.defined() || !ws.device().is_cuda() || ws.device() != q.device() ||
         !ws.is_contiguous() || ws.nbytes() < plan.layout.bytes) {
@@ -512,42 +536,15 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
                         tokens);
     }
     using T = __nv_bfloat16;
-    auto* base = static_cast<unsigned char*>(const_cast<void*>(ws.data_ptr()));
     detail::ChunkRuleParams p{};
-    p.q = static_cast<const T*>(q_rows.data);
-    p.k = static_cast<const T*>(k_rows.data);
-    p.v = static_cast<const T*>(v_rows.data);
-    p.g = static_cast<const float*>(g_rows.data);
-    p.beta = static_cast<const float*>(beta_rows.data);
-    p.out = static_cast<T*>(out_rows.data);
-    p.state = state.data<float>();
-    p.batch = view;
-    p.ws.chunk_request = reinterpret_cast<int32_t*>(base + plan.layout.request);
-    p.ws.chunk_first = reinterpret_cast<int32_t*>(base + plan.layout.first);
-    p.ws.qn = reinterpret_cast<T*>(base + plan.layout.qn);
-    p.ws.kn = reinterpret_cast<T*>(base + plan.layout.kn);
-    p.ws.kt = reinterpret_cast<T*>(base + plan.layout.kt);
-    p.ws.w = reinterpret_cast<T*>(base + plan.layout.w);
-    p.ws.u = reinterpret_cast<T*>(base + plan.layout.u);
-    p.ws.gcum = reinterpret_cast<float*>(base + plan.layout.gcum);
-    p.ws.max_chunks = static_cast<int>(plan.max_chunks);
-    p.q_stride = q_rows.row_stride;
-    p.k_stride = k_rows.row_stride;
-    p.v_stride = v_rows.row_stride;
-    p.g_stride = g_rows.row_stride;
-    p.beta_stride = beta_rows.row_stride;
-    p.out_stride = out_rows.row_stride;
+    fill_common(p, T{});
+    const int slices = static_cast<int>(detail::ceil_div(dv, detail::kChunkSlice));
+    p.ws = detail::carve_chunk_workspace(const_cast<void*>(ws.data_ptr()), plan.layout,
+                                         static_cast<int>(plan.max_chunks),
+                                         slices * detail::kChunkSlice);
     p.key_heads = static_cast<int>(hk);
-    p.value_heads = static_cast<int>(hv);
-    p.group = static_cast<int>(hv / hk);
-    p.dk = static_cast<int>(dk);
-    p.dv = static_cast<int>(dv);
-    p.slices = static_cast<int>(detail::ceil_div(dv, detail::kChunkSlice));
-    p.ws.dv_pad = p.slices * detail::kChunkSlice;
-    p.min_rows = min_rows;
-    p.scale = scale;
-    p.l2norm_eps = params.l2norm_eps;
-    p.use_l2norm = params.use_qk_l2norm;
+    p.slices = slices;
+    p.min_rows = plan.min_rows;
     p.qk_vec = dk % 8 == 0 && detail::rows_aligned(q_rows, sizeof(T), 16) &&
                detail::rows_aligned(k_rows, sizeof(T), 16);
     p.v_vec = dv % 8 == 0 && detail::rows_aligned(v_rows, sizeof(T), 16);
@@ -556,29 +553,9 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   auto run = [&](auto type_tag) {
     using T = decltype(type_tag);
     RuleParams<T> p{};
-    p.q = static_cast<const T*>(q_rows.data);
-    p.k = static_cast<const T*>(k_rows.data);
-    p.v = static_cast<const T*>(v_rows.data);
-    p.g = static_cast<const float*>(g_rows.data);
-    p.beta = static_cast<const float*>(beta_rows.data);
-    p.out = static_cast<T*>(out_rows.data);
-    p.state = state.data<float>();
-    p.batch = view;
-    p.q_stride = q_rows.row_stride;
-    p.k_stride = k_rows.row_stride;
-    p.v_stride = v_rows.row_stride;
-    p.g_stride = g_rows.row_stride;
-    p.beta_stride = beta_rows.row_stride;
-    p.out_stride = out_rows.row_stride;
-    p.value_heads = static_cast<int>(hv);
-    p.group = static_cast<int>(hv / hk);
-    p.dk = static_cast<int>(dk);
-    p.dv = static_cast<int>(dv);
+    fill_common(p, T{});
     p.col_tiles = static_cast<int>(detail::ceil_div(dv, kColsPerWarp));
-    p.chunked_min_rows = chunked ? min_rows : INT_MAX;
-    p.scale = scale;
-    p.l2norm_eps = params.l2norm_eps;
-    p.use_l2norm = params.use_qk_l2norm;
+    p.chunked_min_rows = plan.chunked ? plan.min_rows : INT_MAX;
     return dispatch_rule<T>(p, stream);
   };
   if (q.dtype() == DType::kF32) return run(float{});

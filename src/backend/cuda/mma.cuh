@@ -41,6 +41,16 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&c)[4], const uint32_t 
 #endif
 }
 
+// N accumulator fragments (n8 tiles) set to zero.
+template <int N>
+__device__ __forceinline__ void zero_fragments(float (&c)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[i][e] = 0.0f;
+  }
+}
+
 // Two floats rounded to bf16 in one register, `lo` in the low half.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat16_raw l = __float2bfloat16_rn(lo);
