@@ -505,6 +505,21 @@ bool grouped_gemm_supported(const MoeProblem& pr) {
          is_aligned(pr.act, 16) && is_aligned(pr.y, 16) && (pr.tokens == 1 || pr.ldx % kChunk == 0);
 }
 
+bool wgmma_grouped_gemm_available() {
+  static std::once_flag once[64];
+  static bool available[64];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  std::call_once(once[device], [&] {
+    int major = 0, minor = 0;
+    available[device] =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+        major == 9 && minor == 0;
+  });
+  return available[device];
+}
+
 Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, int tile_rows,
                                cudaStream_t stream) {
   if (plan.row_align != tile_rows || !grouped_gemm_supported(problem) || plan.max_tiles > INT_MAX ||
@@ -520,6 +535,9 @@ Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, i
                        : launch_both<32, false>(problem, plan, stream);
   }
   if (tile_rows == 128) {
+    if (!problem.fp8 && wgmma_grouped_gemm_available()) {
+      return launch_moe_grouped_gemm_wgmma(problem, plan, stream);
+    }
     return problem.fp8 ? launch_both<128, true>(problem, plan, stream)
                        : launch_both<128, false>(problem, plan, stream);
   }

@@ -69,6 +69,14 @@ Status launch_moe_gemv(const MoeProblem& problem, const MoePlan& plan, cudaStrea
 Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, int tile_rows,
                                cudaStream_t stream);
 
+// The same two products on Hopper's wgmma (sm90a/moe_gemm_wgmma.cu, machine code for sm_90a
+// only): BF16 experts, 128-row tiles. launch_moe_grouped_gemm takes it by itself where
+// wgmma_grouped_gemm_available().
+Status launch_moe_grouped_gemm_wgmma(const MoeProblem& problem, const MoePlan& plan,
+                                     cudaStream_t stream);
+// Whether the current device runs sm_90a code (compute capability 9.0).
+bool wgmma_grouped_gemm_available();
+
 // The per-pair path (moe_pair.cu): no grouping; gate/up per (token, slot) pair, then the
 // down product fused with the weighted combine (and the shared expert's gated add) into out.
 struct MoePairArgs {

@@ -1,0 +1,295 @@
+// The MoE grouped GEMM on Hopper's warpgroup tensor cores (wgmma, sm_90a): the BF16 expert
+// products of moe_gemm.cu for 128-row tiles, where most of a large prefill's MoE time goes.
+// Same grouping (moe_plan.cuh), same outputs (act = SiLU(gate) * up, y = down act, padding
+// rows zero), same arithmetic (f32 accumulation; the SiLU product from the f32 sums, rounded
+// once to BF16).
+//
+// Tiles. A CTA computes 128 grouped rows (one expert's) x 256 weight rows. For gate/up these
+// are 128 gate rows and the matching 128 up rows, so the CTA writes 128 columns of act and
+// holds both halves of each SiLU product; for down, 256 consecutive rows of down[e], 256
+// columns of y. Two warpgroups: warpgroup w takes grouped rows 64w..64w+63 against all 256
+// weight rows (wgmma m64n256k16, 128 f32 accumulators a thread).
+//
+// Pipeline (no specialised producer: all 256 threads copy, both warpgroups multiply).
+// kStages stages of 128 x 64 activations and 256 x 64 weights, each operand a K-major tile
+// with the 128-byte swizzle (wgmma.cuh), filled by 16-byte cp.async (zero-filled past K and
+// for padding rows). Iteration kt: wait for this thread's copies of tile kt, fence them for
+// the tensor cores, barrier; the warpgroup queues its four k16 products on tile kt and waits
+// until only those are in flight (so its products on tile kt - 1 are done); then the copies
+// of tile kt + kStages - 2 go into the stage of tile kt - 2, which every warpgroup finished
+// before reaching this iteration's barrier. So two tiles load while one multiplies.
+//
+// Epilogue: the accumulators (rounded to BF16, SiLU product first for gate/up) go to shared
+// memory, then out in 16-byte rows.
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
+#include <mutex>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/moe_plan.cuh"
+#include "backend/cuda/runtime.h"
+#include "backend/cuda/wgmma.cuh"
+
+namespace vllm::cuda::detail {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kThreads = 256;  // two warpgroups
+constexpr int kRows = 128;     // grouped rows per CTA (the plan's row alignment)
+constexpr int kBN = 256;       // weight rows per CTA
+constexpr int kBK = 64;        // reduction slice per stage: one 128-byte swizzled row
+constexpr int kStages = 4;
+constexpr int kChunk = 8;                          // bf16 per 16-byte copy
+constexpr int kRowsPerPass = kThreads / kChunk;    // 32 operand rows per pass of the threads
+constexpr int kActCopies = kRows / kRowsPerPass;   // 4 activation copies a thread a stage
+constexpr int kWeightCopies = kBN / kRowsPerPass;  // 8 weight copies a thread a stage
+constexpr int kActTileBytes = kRows * kBK * 2;     // 16 KB
+constexpr int kWeightTileBytes = kBN * kBK * 2;    // 32 KB
+constexpr int kStageBytes = kActTileBytes + kWeightTileBytes;
+constexpr int kOutPitch = kBN + 8;  // bf16 per epilogue row (16-byte pad: no bank conflicts)
+constexpr int kPipeBytes = kStages * kStageBytes;
+constexpr int kEpilogueBytes = kRows * kOutPitch * 2;
+constexpr size_t kSmemBytes =
+    (kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes) + 1024;  // + alignment slack
+static_assert(kSmemBytes <= 227 * 1024);
+
+struct Params {
+  const bf16* weight;  // [E, weight rows, k]
+  int64_t expert_stride;
+  const bf16* input;  // gate/up: x (row = token); down: act (row = grouped row)
+  int64_t ld_input;
+  bf16* output;  // gate/up: act; down: y (row = grouped row)
+  int64_t ld_output;
+  const int32_t* sorted_pairs;
+  const int32_t* tile_expert;
+  int n_out;  // gate/up: I (output columns; 2I weight rows); down: H
+  int k;
+  int top_k;
+};
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_pending() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ float silu(float v) {
+  return v / (1.0f + expf(-v));
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Params p) {
+  pdl_wait();
+  pdl_launch_next();
+  const int tile = blockIdx.y;
+  const int e = p.tile_expert[tile];
+  if (e < 0) return;  // the whole CTA: past the batch's last tile
+
+  extern __shared__ unsigned char smem_raw[];
+  // Swizzle atoms must start on 1,024-byte boundaries.
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int64_t row0 = static_cast<int64_t>(tile) * kRows;
+  constexpr int kOutCols = kGateUp ? kBN / 2 : kBN;
+  const int col0 = blockIdx.x * kOutCols;
+
+  // Each thread copies one 16-byte chunk column of rows r0, r0 + 32, ...: the same rows (and
+  // the same swizzled offsets, since r % 8 is fixed) in every stage.
+  const int chunk = tid % kChunk;
+  const int r0 = tid / kChunk;
+  const bf16* act_src[kActCopies];
+  const bf16* w_src[kWeightCopies];
+#pragma unroll
+  for (int j = 0; j < kActCopies; ++j) {
+    const int64_t row = row0 + r0 + j * kRowsPerPass;
+    const bf16* src = nullptr;  // null: a zero row
+    if constexpr (kGateUp) {
+      const int pair = p.sorted_pairs[row];
+      if (pair >= 0) src = p.input + static_cast<int64_t>(pair / p.top_k) * p.ld_input;
+    } else {
+      src = p.input + row * p.ld_input;
+    }
+    act_src[j] = src;
+  }
+  const bf16* w = p.weight + static_cast<int64_t>(e) * p.expert_stride;
+#pragma unroll
+  for (int j = 0; j < kWeightCopies; ++j) {
+    const int r = r0 + j * kRowsPerPass;
+    int wr = -1;
+    if constexpr (kGateUp) {
+      const int c = col0 + r % (kBN / 2);
+      if (c < p.n_out) wr = r < kBN / 2 ? c : p.n_out + c;
+    } else {
+      if (col0 + r < p.n_out) wr = col0 + r;
+    }
+    w_src[j] = wr >= 0 ? w + static_cast<int64_t>(wr) * p.k : nullptr;
+  }
+  const uint32_t dst0 = swizzle_128b_offset(r0, chunk);  // + j * 32 rows * 128 bytes
+
+  auto load_stage = [&](int stage, int kt) {
+    unsigned char* a = smem + stage * kStageBytes;
+    unsigned char* b = a + kActTileBytes;
+    const int kc = kt * kBK + chunk * kChunk;
+    const bool in_k = kc < p.k;
+#pragma unroll
+    for (int j = 0; j < kActCopies; ++j) {
+      const bool valid = in_k && act_src[j] != nullptr;
+      cp_async_16(a + dst0 + j * kRowsPerPass * 128, valid ? act_src[j] + kc : p.weight,
+                  valid ? 16 : 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kWeightCopies; ++j) {
+      const bool valid = in_k && w_src[j] != nullptr;
+      cp_async_16(b + dst0 + j * kRowsPerPass * 128, valid ? w_src[j] + kc : p.weight,
+                  valid ? 16 : 0);
+    }
+  };
+
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+
+  const int k_tiles = (p.k + kBK - 1) / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait_pending<kStages - 3>();  // tile kt has landed (this thread's copies)
+    fence_proxy_async_shared();            // ... and is visible to the tensor cores
+    __syncthreads();                       // ... for everyone's copies
+
+    const unsigned char* a = smem + (kt % kStages) * kStageBytes + wg * (kActTileBytes / 2);
+    const unsigned char* b = smem + (kt % kStages) * kStageBytes + kActTileBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      wgmma_m64n256k16_bf16(acc, wgmma_desc_sw128(a + kk * 32), wgmma_desc_sw128(b + kk * 32), 1);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // this warpgroup's products on tile kt - 1 are done
+
+    const int next = kt + kStages - 2;  // into the stage of tile kt - 2
+    if (next < k_tiles) load_stage(next % kStages, next);
+    cp_async_commit();  // possibly empty: keeps the group count in step with kt
+  }
+  wgmma_wait<0>();
+  wgmma_fence_registers(acc);
+  cp_async_wait_pending<0>();
+  __syncthreads();  // every warpgroup is done with the stages: reuse them for the epilogue
+
+  // Accumulator (row, column) of this thread: rows 64 wg + 16 warp + lane / 4 (+ 8), columns
+  // 8 i + 2 (lane % 4) (+ 1) for i < 32.
+  bf16* out_tile = reinterpret_cast<bf16*>(smem);
+  const int lane = tid % 32, warp_in_wg = (tid / 32) % 4;
+  const int er = wg * 64 + warp_in_wg * 16 + lane / 4;
+  const int ec = 2 * (lane % 4);
+  if constexpr (kGateUp) {
+    // Columns c < 128 are gate rows, c + 128 the matching up rows: block i pairs with i + 16.
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float* g = acc + 4 * i + 2 * h;
+        const float* u = acc + 4 * (i + 16) + 2 * h;
+        __nv_bfloat162 v;
+        v.x = __float2bfloat16_rn(silu(g[0]) * u[0]);
+        v.y = __float2bfloat16_rn(silu(g[1]) * u[1]);
+        *reinterpret_cast<__nv_bfloat162*>(out_tile + (er + 8 * h) * kOutPitch + 8 * i + ec) = v;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float* d = acc + 4 * i + 2 * h;
+        __nv_bfloat162 v;
+        v.x = __float2bfloat16_rn(d[0]);
+        v.y = __float2bfloat16_rn(d[1]);
+        *reinterpret_cast<__nv_bfloat162*>(out_tile + (er + 8 * h) * kOutPitch + 8 * i + ec) = v;
+      }
+    }
+  }
+  __syncthreads();
+
+  constexpr int kChunksPerRow = kOutCols / kChunk;
+  for (int i = tid; i < kRows * kChunksPerRow; i += kThreads) {
+    const int r = i / kChunksPerRow, ch = i % kChunksPerRow;
+    const int col = col0 + ch * kChunk;
+    if (col >= p.n_out) continue;  // n_out % 8 == 0: a chunk is all in or all out
+    *reinterpret_cast<uint4*>(p.output + (row0 + r) * p.ld_output + col) =
+        *reinterpret_cast<const uint4*>(out_tile + r * kOutPitch + ch * kChunk);
+  }
+}
+
+template <bool kGateUp>
+Status launch(const Params& p, int64_t tiles, cudaStream_t stream) {
+  auto kernel = moe_grouped_gemm_wgmma_kernel<kGateUp>;
+  // Above 48 KiB of dynamic shared memory a kernel must opt in, once per device.
+  static std::once_flag once[64];
+  static Status opt_in[64];
+  int device = 0;
+  VLLM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  if (device < 0 || device >= 64) {
+    return make_error(ErrorCode::kUnsupported, "moe grouped GEMM: device {} out of range", device);
+  }
+  std::call_once(once[device], [&] {
+    (void)(opt_in[device] = cuda_status(
+               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(kSmemBytes)),
+               "cudaFuncSetAttribute(moe_grouped_gemm_wgmma_kernel, MaxDynamicSharedMemorySize)"));
+  });
+  VLLM_RETURN_IF_ERROR(opt_in[device]);
+  constexpr int kOutCols = kGateUp ? kBN / 2 : kBN;
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kOutCols)), static_cast<unsigned>(tiles));
+  launch_pdl(kernel, grid, kThreads, kSmemBytes, stream, p);
+  return check_launch(kGateUp ? "moe_grouped_gemm_wgmma_kernel (gate/up)"
+                              : "moe_grouped_gemm_wgmma_kernel (down)");
+}
+
+}  // namespace
+
+Status launch_moe_grouped_gemm_wgmma(const MoeProblem& pr, const MoePlan& plan,
+                                     cudaStream_t stream) {
+  if (plan.row_align != kRows || pr.fp8 || pr.dtype != DType::kBF16 ||
+      !grouped_gemm_supported(pr) || plan.max_tiles > 65535) {
+    return make_error(ErrorCode::kInternal,
+                      "launch_moe_grouped_gemm_wgmma: needs BF16 experts grouped in {}-row tiles "
+                      "(got {}-row tiles, {} tiles)",
+                      kRows, plan.row_align, plan.max_tiles);
+  }
+  if (plan.max_tiles == 0) return Status::ok();
+  Params gu{};
+  gu.weight = static_cast<const bf16*>(pr.gate_up);
+  gu.expert_stride = 2 * pr.inter * pr.hidden;
+  gu.input = static_cast<const bf16*>(pr.x);
+  gu.ld_input = pr.ldx;
+  gu.output = static_cast<bf16*>(pr.act);
+  gu.ld_output = pr.inter;
+  gu.sorted_pairs = plan.sorted_pairs;
+  gu.tile_expert = plan.tile_expert;
+  gu.n_out = static_cast<int>(pr.inter);
+  gu.k = static_cast<int>(pr.hidden);
+  gu.top_k = plan.top_k;
+  VLLM_RETURN_IF_ERROR(launch<true>(gu, plan.max_tiles, stream));
+
+  Params dn = gu;
+  dn.weight = static_cast<const bf16*>(pr.down);
+  dn.expert_stride = pr.hidden * pr.inter;
+  dn.input = static_cast<const bf16*>(pr.act);
+  dn.ld_input = pr.inter;
+  dn.output = static_cast<bf16*>(pr.y);
+  dn.ld_output = pr.hidden;
+  dn.n_out = static_cast<int>(pr.hidden);
+  dn.k = static_cast<int>(pr.inter);
+  return launch<false>(dn, plan.max_tiles, stream);
+}
+
+}  // namespace vllm::cuda::detail
