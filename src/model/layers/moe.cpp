@@ -117,6 +117,13 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
     shared_in_experts_ = ctx.is_cuda() && gate_in_router_ && !expert_parallel() &&
                          spec.shared_intermediate_size == spec.intermediate_size;
   }
+  if (ctx.is_cuda() && router_.size(0) % 8 != 0 && !router_.device().is_meta()) {
+    const int64_t rows = router_.size(0);
+    VLLM_ASSIGN_OR_RETURN(Tensor pad, Tensor::try_empty({8 - rows % 8, hidden}, router_.dtype(),
+                                                        router_.device()));
+    VLLM_RETURN_IF_ERROR(ops::zero(ctx, pad));
+    VLLM_ASSIGN_OR_RETURN(router_, concat_rows({router_, pad}, &ctx));
+  }
   VLLM_RETURN_IF_ERROR(load_experts(w, m, ctx));
   if (shared_in_experts_) {
     // Larger batches run it apart (see forward), from the same memory.
@@ -304,7 +311,7 @@ Expected<MoeLayer::Routing> MoeLayer::route_logits(const ExecContext& ctx, Tenso
   const int64_t slots = k + (r.shared_slot ? 1 : 0);
   VLLM_ASSIGN_OR_RETURN(r.topk_weights, ctx.alloc({tokens, slots}, DType::kF32));
   VLLM_ASSIGN_OR_RETURN(r.topk_ids, ctx.alloc({tokens, slots}, DType::kI64));
-  const Tensor routed = r.shared_slot ? r.logits : r.logits.slice(1, 0, experts);
+  const Tensor routed = r.logits.slice(1, 0, experts + (r.shared_slot ? 1 : 0));
   VLLM_RETURN_IF_ERROR(
       ops::moe_route(ctx, routed, k, spec_.renormalize, r.topk_weights, r.topk_ids, r.shared_slot));
   return r;

@@ -92,7 +92,10 @@ class MoeLayer {
                  ExpertStack& gate_up, ExpertStack& down) const;
 
   MoeSpec spec_;
-  Tensor router_;       // [E, H], or [E + 1, H] with the shared expert's gate as row E
+  // [E, H], or [E + 1, H] with the shared expert's gate as row E; on CUDA zero rows pad it to
+  // a multiple of 8 rows, so the F32 logits' rows are 32-byte aligned and cuBLASLt takes its
+  // Hopper kernels (an unpadded 257-row router ran an sm_75 kernel at ~7% of peak in prefill).
+  Tensor router_;
   Tensor shared_gate_;  // [1, H] when it could not join the router (another dtype)
   bool gate_in_router_ = false;
   bool shared_in_experts_ = false;
