@@ -6,7 +6,12 @@
 #   bash scripts/device_bench.sh OUT_DIR [MODEL ...]     (default: Qwen3.5-4B Qwen3.5-27B)
 #
 # Environment: VLLM_BENCH_BATCHES, the decode batch sizes (default "1 64"); VLLM_BENCH_EAGER=1
-# also times batch-1 decode with --enforce-eager (no CUDA graphs).
+# also times batch-1 decode with --enforce-eager (no CUDA graphs). VLLM_SERVE_MODEL names the
+# config `vllm serve` runs (no serve runs without it), VLLM_SERVE_CONCURRENCY the client
+# concurrencies (default "1 16"; 16 prompts at concurrency 1, 128 at 16, twice the
+# concurrency above that) and VLLM_SERVE_ARGS extra server flags (default "--max-model-len
+# 4096"), VLLM_SERVE_TIMEOUT the seconds one client run may take (default 900). Set
+# VLLM_BENCH_BATCHES to "" for the serve runs alone.
 #
 # Needs build-device/ from scripts/device_test.sh. Writes OUT_DIR/figures.txt (the table
 # printed at the end: per-step times and tokens/s) and OUT_DIR/bench_logs.tar.gz (each run's
@@ -52,6 +57,7 @@ latency() {
 }
 
 for model in "${models[@]}"; do
+  [ -z "${VLLM_BENCH_BATCHES-x}" ] && break  # set but empty: the serve runs alone
   m=${model//./_}
   prefill=$(latency "${m}_prefill2048" "$model" 1 2048 1)
   rows+=("$model prefill 2048 tokens, batch 1: $(python3 -c "print(f'{$prefill*1e3:.1f} ms, {2048/max($prefill,1e-9):.0f} tokens/s')")")
@@ -75,8 +81,9 @@ done
 serve_model="${VLLM_SERVE_MODEL:-}"
 if [ -n "$serve_model" ]; then
   port=18731
-  "$vllm" serve "$root/configs/$serve_model" --load-format dummy --max-model-len 4096 \
-    --port "$port" >"$logs/serve.log" 2>&1 &
+  # shellcheck disable=SC2086  # VLLM_SERVE_ARGS is a list of flags
+  "$vllm" serve "$root/configs/$serve_model" --load-format dummy \
+    ${VLLM_SERVE_ARGS:---max-model-len 4096} --port "$port" >"$logs/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 1 180); do
     if exec 3<>"/dev/tcp/127.0.0.1/$port" 2>/dev/null; then
@@ -88,9 +95,9 @@ if [ -n "$serve_model" ]; then
     kill -0 "$server" 2>/dev/null || break
     sleep 1
   done
-  for conc in 1 16; do
-    prompts=$((conc == 1 ? 16 : 128))
-    if timeout 300 "$vllm" bench serve --base-url "http://127.0.0.1:$port" \
+  for conc in ${VLLM_SERVE_CONCURRENCY:-1 16}; do
+    prompts=$((conc == 1 ? 16 : conc <= 16 ? 128 : 2 * conc))
+    if timeout "${VLLM_SERVE_TIMEOUT:-900}" "$vllm" bench serve --base-url "http://127.0.0.1:$port" \
         --model "$root/configs/$serve_model" --dataset-name random --random-input-len 1024 \
         --random-output-len 128 --num-prompts "$prompts" --max-concurrency "$conc" \
         --disable-tqdm --save-result "$logs/serve_c$conc.json" >"$logs/serve_c$conc.log" 2>&1; then
