@@ -119,8 +119,8 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
   }
   if (ctx.is_cuda() && router_.size(0) % 8 != 0 && !router_.device().is_meta()) {
     const int64_t rows = router_.size(0);
-    VLLM_ASSIGN_OR_RETURN(Tensor pad, Tensor::try_empty({8 - rows % 8, hidden}, router_.dtype(),
-                                                        router_.device()));
+    VLLM_ASSIGN_OR_RETURN(
+        Tensor pad, Tensor::try_empty({8 - rows % 8, hidden}, router_.dtype(), router_.device()));
     VLLM_RETURN_IF_ERROR(ops::zero(ctx, pad));
     VLLM_ASSIGN_OR_RETURN(router_, concat_rows({router_, pad}, &ctx));
   }
