@@ -1,13 +1,14 @@
 // Timing mode for paged attention (not a test: it asserts no speed). Runs only with
 // VLLM_BENCH=1 on a machine with a GPU:
 //   VLLM_BENCH=1 ./vllm_cuda_tests --gtest_filter='AttentionCudaBench.*'
-// Attention shapes of Qwen3.5-4B (16 query heads, 4 kv heads) and Qwen3.5-27B (24 / 4),
-// head_dim 256, BF16, block size 16, shuffled block tables:
+// Attention shapes of Qwen3.5-4B (16 query heads, 4 kv heads), Qwen3.5-27B (24 / 4) and
+// Qwen3.5-35B-A3B (16 / 2), head_dim 256, BF16, block size 16, shuffled block tables:
 //   * decode at batch 1, 16, 64 and contexts 1024, 8192: KV bytes read / time against the
 //     H200's ~4.3 TB/s (each request reads its context's K and V once per kv head);
-//   * prefill of one 2048-token prompt from position 0: causal FLOPs (4 * D per visible
-//     query-key pair and head) / time against ~790 TFLOP/s dense BF16, on tensor cores and
-//     on the CUDA-core kernel ("prefill CUDA").
+//   * prefill of one and of four 2048-token prompts from position 0: causal FLOPs (4 * D per
+//     visible query-key pair and head) / time against ~790 TFLOP/s dense BF16, on the default
+//     tensor-core kernel ("prefill": wgmma on compute capability 9.0), on the mma.sync one
+//     ("prefill mma") and on the CUDA-core kernel ("prefill CUDA").
 // Cache contents are a constant (timing does not depend on values); the block ranges rotate
 // over several copies so small cases read HBM, not L2.
 #include <cuda_runtime_api.h>
@@ -55,7 +56,23 @@ Tensor device_i32(const std::vector<int32_t>& v) {
   return *d;
 }
 
-void run_case(const BenchCase& c, std::mt19937& rng, bool tensor_cores = true) {
+// Which prefill kernel a case times (decode cases ignore it).
+enum class Prefill { kDefault, kMma, kCudaCores };
+
+const char* phase_name(const BenchCase& c, Prefill prefill) {
+  if (c.q_len == 1) return "decode";
+  switch (prefill) {
+    case Prefill::kDefault:
+      return "prefill";
+    case Prefill::kMma:
+      return "prefill mma";
+    case Prefill::kCudaCores:
+      return "prefill CUDA";
+  }
+  return "prefill";
+}
+
+void run_case(const BenchCase& c, std::mt19937& rng, Prefill prefill = Prefill::kDefault) {
   const int64_t blocks_per_request = (c.seq_len + kBlockSize - 1) / kBlockSize;
   const int64_t set_blocks = c.batch * blocks_per_request;
   const double kv_bytes = static_cast<double>(c.batch) * c.seq_len * c.model.kv_heads * kHeadDim *
@@ -96,7 +113,8 @@ void run_case(const BenchCase& c, std::mt19937& rng, bool tensor_cores = true) {
   params.max_query_len = c.q_len;
   params.max_seq_len = c.seq_len;
   params.scale = 1.0f / 16.0f;
-  params.tensor_cores = tensor_cores;
+  params.tensor_cores = prefill != Prefill::kCudaCores;
+  params.wgmma = prefill == Prefill::kDefault;
   const size_t ws_bytes =
       cuda::paged_attention_workspace_size(c.batch, c.model.kv_heads, kHeadDim, c.seq_len);
   Tensor workspace;
@@ -129,16 +147,16 @@ void run_case(const BenchCase& c, std::mt19937& rng, bool tensor_cores = true) {
     ratio = tflops / kPeakTflops;
   }
   std::printf("| %-11s | %-12s | %5lld | %7d | %10.1f | %14s | %6.1f%% | %s |\n", c.model.name,
-              decode ? "decode" : (tensor_cores ? "prefill" : "prefill CUDA"),
-              static_cast<long long>(c.batch), c.seq_len, us, figure.c_str(), 100.0 * ratio,
-              ws_bytes > 0 ? "yes" : "no");
+              phase_name(c, prefill), static_cast<long long>(c.batch), c.seq_len, us,
+              figure.c_str(), 100.0 * ratio, ws_bytes > 0 ? "yes" : "no");
 }
 
 TEST(AttentionCudaBench, Qwen35Shapes) {
   if (!cuda_test::bench_enabled()) GTEST_SKIP() << "set VLLM_BENCH=1 to time paged attention";
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   ASSERT_TRUE(cuda::init().is_ok());
-  const ModelShape models[] = {{"Qwen3.5-4B", 16, 4}, {"Qwen3.5-27B", 24, 4}};
+  const ModelShape models[] = {
+      {"Qwen3.5-4B", 16, 4}, {"Qwen3.5-27B", 24, 4}, {"Qwen3.5-35B", 16, 2}};
   std::mt19937 rng(11);
   std::printf(
       "\n| model       | phase        | batch | context |  median us | figure         | "
@@ -150,8 +168,11 @@ TEST(AttentionCudaBench, Qwen35Shapes) {
     for (int64_t batch : {1, 16, 64}) {
       for (int32_t context : {1024, 8192}) run_case({m, batch, 1, context}, rng);
     }
-    run_case({m, 1, 2048, 2048}, rng);
-    run_case({m, 1, 2048, 2048}, rng, /*tensor_cores=*/false);  // the CUDA-core kernel
+    for (int64_t prompts : {1, 4}) {
+      run_case({m, prompts, 2048, 2048}, rng);
+      run_case({m, prompts, 2048, 2048}, rng, Prefill::kMma);
+    }
+    run_case({m, 1, 2048, 2048}, rng, Prefill::kCudaCores);
   }
   std::fflush(stdout);
 }

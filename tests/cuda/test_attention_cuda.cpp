@@ -1,8 +1,10 @@
 // Backend parity for paged attention: vllm::cuda::paged_attention against
 // vllm::cpu::paged_attention on fresh random inputs, table-driven over decode batches,
 // prefill from position 0, chunked prefill continuing from cached KV, mixed batches, a 16k
-// context, GQA groups 1..16, head dims 64/128/256 and block sizes 16/32/64, in F32 and BF16
-// (the CPU op runs in f32 on the same bf16-rounded values).
+// context, GQA groups 1..16, head dims 64/128/256 and block sizes 8/16/32/64, in F32 and BF16
+// (the CPU op runs in f32 on the same bf16-rounded values). BF16 prefill runs on every
+// kernel the device has: on compute capability 9.0 the wgmma one (head dims 128 and 256),
+// the mma.sync one and the CUDA-core one.
 //
 // Every case shuffles the block ids, and fills what the kernels must not read with NaN: the
 // cache blocks no request owns, the slots of a request's last block past its context, and
@@ -106,6 +108,20 @@ std::vector<AttnCase> parity_cases() {
   cases.push_back({"chunked 37 at 1000", {37}, {1000}, 4, 4, 128, 16});
   cases.push_back({"chunked varlen", {37, 500, 2, 129}, {1000, 1500, 300, 4096}, 2, 8, 64, 32});
   cases.push_back({"chunked D=256", {64, 17}, {2100, 17}, 4, 4, 256, 32});
+  // Head dim 256 prefill at the Qwen3.5 groups (4B: 4, 27B: 6, 35B-A3B: 8): several requests
+  // whose rows are not whole 128-row query tiles nor whole key tiles, from position 0 and
+  // continuing from cached KV, small and large cache blocks.
+  cases.push_back(
+      {"prefill D=256 G=6 varlen", {300, 77, 1, 129}, {300, 77, 1, 129}, 4, 6, 256, 16});
+  cases.push_back({"prefill D=256 G=8 varlen", {513, 40, 200}, {513, 40, 200}, 2, 8, 256, 16});
+  cases.push_back({"prefill D=256 G=4 block 8", {150, 3}, {150, 3}, 1, 4, 256, 8});
+  cases.push_back({"chunked D=256 G=6", {100, 33, 250}, {1000, 700, 251}, 4, 6, 256, 16});
+  cases.push_back({"chunked D=256 G=8 block 64", {65, 130}, {4000, 131}, 2, 8, 256, 64});
+  cases.push_back(
+      {"chunked D=256 G=4 mixed", {1, 95, 2, 640}, {3000, 95, 40, 1700}, 2, 4, 256, 16});
+  // Head dim 128 prefill (the wgmma kernel's other instantiation).
+  cases.push_back({"prefill D=128 G=4 varlen", {333, 1000}, {333, 1000}, 2, 4, 128, 16});
+  cases.push_back({"chunked D=128 G=8", {70, 129}, {1200, 900}, 2, 8, 128, 32});
   // Mixed decode and prefill rows in one batch.
   cases.push_back(
       {"mixed", {1, 64, 1, 3, 200, 1, 2}, {900, 64, 1, 3000, 700, 17, 4000}, 2, 8, 64, 32});
@@ -125,14 +141,34 @@ std::vector<AttnCase> parity_cases() {
   return cases;
 }
 
+// The BF16 prefill kernels a parity case runs on. kDefault is the default parameters' choice:
+// the wgmma kernel on compute capability 9.0 at head dims 128 and 256, mma.sync otherwise
+// (and it is the only pass for F32, whose prefill is on CUDA cores).
+enum class PrefillKernel { kDefault, kMma, kCudaCores };
+
+std::string kernel_name(PrefillKernel kernel, DType dtype, int64_t head_dim, bool sm90a) {
+  if (dtype != DType::kBF16) return "";
+  switch (kernel) {
+    case PrefillKernel::kDefault:
+      return sm90a && (head_dim == 128 || head_dim == 256) ? " (wgmma)" : " (mma.sync)";
+    case PrefillKernel::kMma:
+      return " (mma.sync)";
+    case PrefillKernel::kCudaCores:
+      return " (CUDA cores)";
+  }
+  return "";
+}
+
 class AttentionCuda : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA parity tests skipped";
     Status status = cuda::init();
     ASSERT_TRUE(status.is_ok()) << status.to_string();
+    wgmma_ = cuda::runs_sm90a(0);
   }
   std::mt19937 rng_{20250301};
+  bool wgmma_ = false;  // the device runs the sm_90a kernels (the wgmma prefill)
 };
 
 TEST_F(AttentionCuda, MatchesCpu) {
@@ -141,13 +177,17 @@ TEST_F(AttentionCuda, MatchesCpu) {
       HostBatch b = make_batch(c, dtype, rng_);
       Tensor ref = cpu_reference(b, c);
       DeviceBatch d = to_device(b, c, c.workspace);
-      // BF16 prefill: the tensor-core kernel and the CUDA-core one.
-      for (bool tensor_cores : {true, false}) {
-        if (dtype == DType::kF32 && !tensor_cores) continue;
-        SCOPED_TRACE(describe(c, dtype) + (tensor_cores ? "" : " (CUDA cores)"));
+      // BF16 prefill: the default kernel (wgmma where the device runs it), the mma.sync one
+      // (already the default elsewhere) and the CUDA-core one.
+      for (PrefillKernel kernel :
+           {PrefillKernel::kDefault, PrefillKernel::kMma, PrefillKernel::kCudaCores}) {
+        if (dtype == DType::kF32 && kernel != PrefillKernel::kDefault) continue;
+        if (kernel == PrefillKernel::kMma && !wgmma_) continue;
+        SCOPED_TRACE(describe(c, dtype) + kernel_name(kernel, dtype, c.head_dim, wgmma_));
         auto poison = cuda::copy_into_device(fill_nan(b.query.shape(), dtype), d.out);
         ASSERT_TRUE(poison.is_ok()) << poison.to_string();
-        d.params.tensor_cores = tensor_cores;
+        d.params.tensor_cores = kernel != PrefillKernel::kCudaCores;
+        d.params.wgmma = kernel == PrefillKernel::kDefault;
         Status s = cuda::paged_attention(d.query, d.kv_cache, d.block_tables, d.params, d.workspace,
                                          d.out, nullptr);
         ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -247,6 +287,36 @@ TEST_F(AttentionCuda, BrokenDeviceInputsGiveNanRows) {
   ASSERT_TRUE(out) << out.status().to_string();  // no sticky illegal-address error either
   Tensor got = to_f32(*out);
   EXPECT_TRUE(relative_l2(got.slice(0, 0, 1).clone(), ref.slice(0, 0, 1).clone(), 1e-5));
+  for (int64_t t = 1; t < got.size(0); ++t) {
+    for (int64_t col = 0; col < got.size(1); ++col) {
+      ASSERT_TRUE(std::isnan(got.data<float>()[t * got.size(1) + col]))
+          << "token " << t << " column " << col;
+    }
+  }
+}
+
+// A block id outside the cache inside a prefill request's context, on the default BF16
+// prefill kernel at head dim 256 (wgmma on compute capability 9.0): every row of that request
+// comes out NaN (each of its query tiles reads the block), nothing is read out of bounds, and
+// the decode request beside it is unaffected.
+TEST_F(AttentionCuda, BadBlockIdInPrefillGivesNanRows) {
+  const AttnCase c{"bad block prefill", {1, 200}, {700, 900}, 2, 4, 256, 16};
+  SCOPED_TRACE(describe(c, DType::kBF16) +
+               kernel_name(PrefillKernel::kDefault, DType::kBF16, c.head_dim, wgmma_));
+  HostBatch b = make_batch(c, DType::kBF16, rng_);
+  Tensor ref = cpu_reference(b, c);
+  HostBatch broken = b;
+  broken.block_tables = b.block_tables.clone();
+  broken.block_tables.data<int32_t>()[broken.block_tables.size(1) + 3] =
+      static_cast<int32_t>(b.kv_cache.size(0) + 7);
+  DeviceBatch d = to_device(broken, c, true);
+  Status s = cuda::paged_attention(d.query, d.kv_cache, d.block_tables, d.params, d.workspace,
+                                   d.out, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.to_string();
+  auto out = cuda::copy_to_host(d.out);
+  ASSERT_TRUE(out) << out.status().to_string();
+  Tensor got = to_f32(*out);
+  EXPECT_TRUE(relative_l2(got.slice(0, 0, 1).clone(), ref.slice(0, 0, 1).clone(), 1e-2));
   for (int64_t t = 1; t < got.size(0); ++t) {
     for (int64_t col = 0; col < got.size(1); ++col) {
       ASSERT_TRUE(std::isnan(got.data<float>()[t * got.size(1) + col]))

@@ -21,6 +21,12 @@ namespace vllm::cuda {
 DeviceGuard::DeviceGuard(Device) {}
 DeviceGuard::~DeviceGuard() = default;
 
+// Nor a Hopper one: the op keeps BF16 prefill on the mma.sync kernel, which the emulator runs
+// (wgmma has no emulation).
+bool runs_sm90a(int) {
+  return false;
+}
+
 namespace detail {
 
 // The kernels' `extern __shared__ smem[]` (the largest tile uses ~110 KB).

@@ -2,8 +2,9 @@
 // plans the key split (attention_plan.h) and launches the kernels for the tensor's dtype and
 // head dim: the small-query kernel (always: decode rows, and NaN for requests that break the
 // bounds), the split combine (when keys were split) and the prefill kernel (when some
-// request has more than kSmallRows query rows; attention_mma.cuh for BF16 unless
-// params.tensor_cores is off, attention_tiled.cuh otherwise).
+// request has more than kSmallRows query rows; for BF16 sm90a/attention_wgmma.cu on
+// compute capability 9.0 devices at head dims 128 and 256, attention_mma.cuh elsewhere, unless
+// params.tensor_cores is off; attention_tiled.cuh otherwise).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_plan.h"
+#include "backend/cuda/attention_wgmma.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -251,6 +253,8 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   args.max_seq_len = params.max_seq_len;
   args.scale_log2 = params.scale * kLog2e;
   args.tensor_cores = params.tensor_cores;
+  args.wgmma = params.tensor_cores && params.wgmma && query.dtype() == DType::kBF16 &&
+               detail::wgmma_prefill_head_dim(head_dim) && runs_sm90a(device.index);
   args.num_splits = plan.num_splits;
   if (plan.num_splits > 1) {
     args.partial_o = static_cast<float*>(workspace.data_ptr());

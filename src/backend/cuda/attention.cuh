@@ -35,6 +35,10 @@ struct PagedAttentionParams {
   // false runs the CUDA-core kernel instead (kept to compare against). F32 and decode
   // always use CUDA cores.
   bool tensor_cores = true;
+  // With tensor_cores, head dims 128 and 256 on a compute capability 9.0 device (H100, H200)
+  // take the wgmma kernel (Hopper's warpgroup tensor cores); false keeps the mma.sync one
+  // that other devices run (to compare against).
+  bool wgmma = true;
 };
 
 // query [T, Hq * D] (row stride allowed) or contiguous [T, Hq, D]; kv_cache

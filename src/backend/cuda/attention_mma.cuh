@@ -19,8 +19,10 @@
 //
 // Tile shapes: kKeys = 64 for D <= 128 (S 32 + O 64 registers per lane), 32 for D = 256
 // (O alone is 128 registers per lane); shared memory 87-101 KB, two blocks per SM.
-// Next steps (the prefill-speed issue): ldmatrix(.trans) fragment loads (V's 16-bit loads
-// use half of each shared-memory wavefront), Q fragments kept in registers, wgmma on sm_90a.
+// On compute capability 9.0 devices the wgmma kernel (sm90a/attention_wgmma.cu) takes head
+// dims 128 and 256 instead. Next steps here (the prefill-speed issue): ldmatrix(.trans)
+// fragment loads (V's 16-bit loads use half of each shared-memory wavefront), Q fragments
+// kept in registers.
 #pragma once
 
 #include <cuda_bf16.h>

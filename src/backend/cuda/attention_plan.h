@@ -100,14 +100,17 @@ struct AttentionArgs {
   int32_t num_splits = 1;
   float* partial_o = nullptr;
   float* partial_ml = nullptr;
-  // Host-side launch choice: BF16 prefill blocks on tensor cores (attention_mma.cuh).
+  // Host-side launch choice: BF16 prefill blocks on tensor cores (attention_mma.cuh), and
+  // with it, for head dims 128 and 256 on a compute capability 9.0 device, on Hopper's
+  // warpgroup tensor cores instead (sm90a/attention_wgmma.cu).
   bool tensor_cores = false;
+  bool wgmma = false;
 };
 
 // Launchers, one instantiation per storage type (float, __nv_bfloat16) and head dim.
 // Small: every request's small block(s), grid (num_splits, Hk, R); requests with more rows
 // return at once. Large: grid (q_tiles, Hk, R) over the requests the small kernel skips
-// (on tensor cores for BF16 when args.tensor_cores).
+// (on tensor cores for BF16 when args.tensor_cores, on wgmma when args.wgmma).
 // Combine: merges the chunks of split small blocks, grid (Hk, R).
 template <typename T, int D>
 Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaStream_t stream);

@@ -1,6 +1,7 @@
 // Launchers of the paged-attention kernels (attention_tiled.cuh, attention_mma.cuh,
-// attention_combine.cuh) and the macro that instantiates them for one storage type and head
-// dim (attention_f32.cu, attention_bf16.cu).
+// attention_combine.cuh; the wgmma prefill kernel has its own, sm90a/attention_wgmma.cu) and
+// the macro that instantiates them for one storage type and head dim (attention_f32.cu,
+// attention_bf16.cu).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,6 +11,7 @@
 #include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_tiled.cuh"
+#include "backend/cuda/attention_wgmma.h"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda::detail {
@@ -33,6 +35,9 @@ Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaS
 template <typename T, int D>
 Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaStream_t stream) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if constexpr (wgmma_prefill_head_dim(D)) {
+      if (args.wgmma) return launch_attention_prefill_wgmma<D>(args, num_requests, stream);
+    }
     if (args.tensor_cores) {
       auto* kernel = &mma_prefill_kernel<D>;
       VLLM_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(

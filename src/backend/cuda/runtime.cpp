@@ -107,6 +107,29 @@ int multiprocessor_count(int device_index) {
   return count;
 }
 
+bool runs_sm90a(int device_index) {
+  constexpr int kMaxDevices = 64;
+  // 0: not read yet, 1: no, 2: yes.
+  static std::array<std::atomic<int>, kMaxDevices> cache{};
+  const bool cacheable = device_index >= 0 && device_index < kMaxDevices;
+  if (cacheable) {
+    const int known = cache[static_cast<size_t>(device_index)].load(std::memory_order_relaxed);
+    if (known != 0) return known == 2;
+  }
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const bool yes = major == 9 && minor == 0;
+  if (cacheable)
+    cache[static_cast<size_t>(device_index)].store(yes ? 2 : 1, std::memory_order_relaxed);
+  return yes;
+}
+
 Status init() {
   static std::once_flag once;
   static Status result;

@@ -44,6 +44,10 @@ int device_count();
 // Streaming multiprocessors of cuda:`device_index`, read once and cached (1 if unreadable).
 int multiprocessor_count(int device_index);
 
+// Whether cuda:`device_index` runs the sm_90a machine code of the sm90a/ kernels (Hopper's
+// wgmma): compute capability 9.0 exactly. Read once and cached; false if unreadable.
+bool runs_sm90a(int device_index);
+
 // Makes `device` current for the lifetime of the guard, then restores the previous one.
 class DeviceGuard {
  public:

@@ -1,0 +1,26 @@
+// The paged-attention prefill kernel on Hopper's warpgroup tensor cores
+// (sm90a/attention_wgmma.cu, machine code for sm_90a only): its launcher, for the large-block
+// launcher (attention_tiled_launch.cuh) to call in place of mma_prefill_kernel when the host
+// chose it (AttentionArgs::wgmma: BF16, tensor cores, a compute capability 9.0 device).
+// Internal to the CUDA backend.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/attention_plan.h"
+#include "base/status.h"
+
+namespace vllm::cuda::detail {
+
+// Head dims the wgmma prefill kernel is built for.
+constexpr bool wgmma_prefill_head_dim(int64_t head_dim) {
+  return head_dim == 128 || head_dim == 256;
+}
+
+// Same grid, work split and outputs as mma_prefill_kernel (grid (q_tiles, Hk, R) over the
+// requests with more than kSmallRows query rows; the others return at once). D: 128 or 256.
+template <int D>
+Status launch_attention_prefill_wgmma(const AttentionArgs& args, int num_requests,
+                                      cudaStream_t stream);
+
+}  // namespace vllm::cuda::detail
