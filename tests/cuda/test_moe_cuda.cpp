@@ -353,7 +353,10 @@ TEST_F(MoeCuda, ExpertsMatchCpuOnModelShapes) {
       {"35B-A3B, 64 tokens, strided out", 64, kH35, kI35, kE35, 8, Dist::kRandom, true, kContiguous,
        kAligned},
       {"35B-A3B, 200 tokens (32-row tiles)", 200, kH35, kI35, kE35, 8},
-      {"35B-A3B, 1100 tokens (128-row tiles)", 1100, kH35, kI35, kE35, 8},
+      {"35B-A3B, 1100 tokens (64-row tiles on sm_90, else 128)", 1100, kH35, kI35, kE35, 8},
+      {"35B-A3B, 4200 tokens (128-row tiles)", 4200, kH35, kI35, kE35, 8},
+      // 9,600 pairs on 9 experts: the multi-block grouping, each expert's rows from 3 blocks.
+      {"35B-A3B, 1200 tokens on 9 experts", 1200, kH35, kI35, kE35, 8, Dist::kFewExperts},
       {"35B-A3B, 96 tokens on 9 experts", 96, kH35, kI35, kE35, 8, Dist::kFewExperts},
       {"35B-A3B, one expert in all 300 tokens", 300, kH35, kI35, kE35, 8, Dist::kOneExpertAll},
       {"35B-A3B, one expert in all 8 tokens", 8, kH35, kI35, kE35, 8, Dist::kOneExpertAll},
@@ -383,6 +386,8 @@ TEST_F(MoeCuda, ExpertsMatchCpuOnSmallAndOddShapes) {
       {"64 experts, few used", 50, 128, 64, 64, 4, Dist::kFewExperts},
       {"no shared expert", 20, 64, 32, 12, 2, Dist::kRandom, false},
       {"wide intermediate, partial column tiles", 90, 96, 200, 40, 7},
+      {"wide intermediate, 64-row tiles on sm_90", 400, 96, 200, 40, 7},
+      {"wide intermediate, 128-row tiles", 800, 96, 200, 40, 7},
   };
   for (const ExpertsCase& c : cases) {
     for (DType dtype : {DType::kBF16, DType::kF32}) check_experts(c, dtype, rng_);

@@ -47,6 +47,8 @@ using detail::to_float;
 constexpr int kRouteWarps = 8;
 constexpr int kRouteMaxPerLane = static_cast<int>(kMoeMaxExperts) / kWarpSize;
 constexpr int kPlanThreads = static_cast<int>(kMoeMaxExperts);
+// Pairs per block of the multi-block grouping, which batches above 2 blocks' worth take.
+constexpr int64_t kPlanPairsPerBlock = 4096;
 constexpr int kCombineThreads = 256;
 constexpr size_t kScratchAlign = 256;
 
@@ -244,6 +246,99 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const int64_t* i
   }
 }
 
+// Large batches: the same plan from three kernels over many blocks, since one block walking
+// 65,536 pairs twice took ~98 us a layer with the rest of the GPU idle (35B-A3B prefill).
+// Block b of count and scatter takes pairs [b * kPlanPairsPerBlock, ...). Count: each block's
+// histogram into block_counts[b][e]. Offsets (one block, a thread per expert): the experts'
+// totals, their padded segments as above, and block_counts[b][e] turned in place into block
+// b's first row in expert e's segment. Scatter: each block hands out its rows from those
+// bases with shared-memory cursors. Rows within an expert's segment come in no particular
+// order either way (each row's products do not depend on it).
+__global__ void __launch_bounds__(kPlanThreads)
+    moe_plan_count_kernel(const int64_t* ids, MoePlan plan) {
+  pdl_wait();
+  pdl_launch_next();
+  __shared__ int counts[kPlanThreads];
+  const int tid = threadIdx.x;
+  const int experts = plan.num_experts;
+  counts[tid] = 0;
+  __syncthreads();
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kPlanPairsPerBlock;
+  const int64_t last = min(plan.pairs, first + kPlanPairsPerBlock);
+  for (int64_t p = first + tid; p < last; p += kPlanThreads) {
+    const int64_t e = ids[p];
+    if (e >= 0 && e < experts) atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  if (tid < experts) {
+    plan.block_counts[static_cast<int64_t>(blockIdx.x) * experts + tid] = counts[tid];
+  }
+}
+
+__global__ void __launch_bounds__(kPlanThreads) moe_plan_offsets_kernel(MoePlan plan) {
+  pdl_wait();
+  pdl_launch_next();
+  __shared__ int scan_scratch[kWarpSize];
+  const int tid = threadIdx.x;
+  const int experts = plan.num_experts, align = plan.row_align;
+  int n = 0;
+  if (tid < experts) {
+    for (int b = 0; b < plan.plan_blocks; ++b) n += plan.block_counts[b * experts + tid];
+  }
+  const int padded = (n + align - 1) / align * align;
+  int total_rows = 0, total_active = 0;
+  const int start = block_exclusive_scan(padded, scan_scratch, total_rows);
+  const int active_index = block_exclusive_scan(n > 0 ? 1 : 0, scan_scratch, total_active);
+  if (tid < experts) {
+    plan.offsets[tid] = start;
+    if (n > 0) plan.active[active_index] = tid;
+    if (plan.max_tiles > 0) {
+      for (int tile = start / align; tile < (start + padded) / align; ++tile) {
+        plan.tile_expert[tile] = tid;
+      }
+    }
+    int base = start;
+    for (int b = 0; b < plan.plan_blocks; ++b) {
+      int* c = plan.block_counts + b * experts + tid;
+      const int count = *c;
+      *c = base;
+      base += count;
+    }
+    for (int row = start + n; row < start + padded; ++row) plan.sorted_pairs[row] = -1;
+  }
+  if (tid == 0) {
+    plan.offsets[experts] = total_rows;
+    *plan.num_active = total_active;
+  }
+  for (int64_t tile = total_rows / align + tid; tile < plan.max_tiles; tile += kPlanThreads) {
+    plan.tile_expert[tile] = -1;
+  }
+}
+
+__global__ void __launch_bounds__(kPlanThreads)
+    moe_plan_scatter_kernel(const int64_t* ids, MoePlan plan) {
+  pdl_wait();
+  pdl_launch_next();
+  __shared__ int cursor[kPlanThreads];
+  const int tid = threadIdx.x;
+  const int experts = plan.num_experts;
+  if (tid < experts) {
+    cursor[tid] = plan.block_counts[static_cast<int64_t>(blockIdx.x) * experts + tid];
+  }
+  __syncthreads();
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kPlanPairsPerBlock;
+  const int64_t last = min(plan.pairs, first + kPlanPairsPerBlock);
+  for (int64_t p = first + tid; p < last; p += kPlanThreads) {
+    const int64_t e = ids[p];
+    int row = -1;
+    if (e >= 0 && e < experts) {
+      row = atomicAdd(&cursor[e], 1);
+      plan.sorted_pairs[row] = static_cast<int>(p);
+    }
+    plan.pair_row[p] = row;
+  }
+}
+
 // ---- Combine -----------------------------------------------------------------------------
 
 template <typename T, int kVec>
@@ -331,7 +426,8 @@ size_t round_up(size_t v, size_t a) {
 // Where each part of the scratch buffer starts (bytes), for one call's sizes.
 struct ScratchLayout {
   size_t offsets = 0, sorted_pairs = 0, pair_row = 0, active = 0, num_active = 0;
-  size_t tile_expert = 0, act = 0, y = 0, bytes = 0;
+  size_t tile_expert = 0, block_counts = 0, act = 0, y = 0, bytes = 0;
+  int plan_blocks = 0;  // blocks of the multi-block grouping; 0: one block
   int64_t capacity = 0, max_tiles = 0;
   int max_active = 0;
   int row_align = 1;
@@ -360,6 +456,10 @@ ScratchLayout scratch_layout(int64_t tokens, int64_t top_k, int64_t experts, int
   l.active = take(int64_t{l.max_active} * 4);
   l.num_active = take(4);
   l.tile_expert = take(l.max_tiles * 4);
+  if (pairs > 2 * kPlanPairsPerBlock) {
+    l.plan_blocks = static_cast<int>(ceil_div(pairs, kPlanPairsPerBlock));
+    l.block_counts = take(int64_t{l.plan_blocks} * experts * 4);
+  }
   l.act = take(capacity * inter * esize);
   l.y = take(capacity * hidden * esize);
   l.bytes = at;
@@ -520,7 +620,12 @@ Expected<PathChoice> choose_path(std::string_view op, const Dims& d, DType dtype
                         op, d.fp8 ? 16 : 8, dtype_name(dtype), d.hidden, d.inter,
                         d.fp8 ? ", and FP8 blocks a multiple of 16 wide" : "");
     }
-    c.tile_rows = d.tokens * d.top_k <= kMoeSmallTileMaxPairsPerExpert * d.experts ? 32 : 128;
+    const int64_t pairs = d.tokens * d.top_k;
+    c.tile_rows = pairs <= kMoeSmallTileMaxPairsPerExpert * d.experts ? 32 : 128;
+    if (c.tile_rows == 128 && !d.fp8 && pairs <= kMoeMidTileMaxPairsPerExpert * d.experts &&
+        detail::wgmma_grouped_gemm_available()) {
+      c.tile_rows = 64;
+    }
   }
   return c;
 }
@@ -703,6 +808,8 @@ Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& to
   plan.active = reinterpret_cast<int32_t*>(base + layout.active);
   plan.num_active = reinterpret_cast<int32_t*>(base + layout.num_active);
   plan.tile_expert = reinterpret_cast<int32_t*>(base + layout.tile_expert);
+  plan.block_counts = reinterpret_cast<int32_t*>(base + layout.block_counts);
+  plan.plan_blocks = layout.plan_blocks;
   plan.pairs = d.tokens * d.top_k;
   plan.capacity = layout.capacity;
   plan.max_tiles = layout.max_tiles;
@@ -733,9 +840,19 @@ Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& to
     pa.last_slot_ahead = args.shared_last_slot && d.tokens <= kMoeSharedAheadMaxTokens;
     return detail::launch_moe_pair_gemv(problem, pa, stream);
   }
-  launch_pdl(moe_plan_kernel, 1, kPlanThreads, 0, stream,
-             static_cast<const int64_t*>(topk_ids.data_ptr()), plan);
-  VLLM_RETURN_IF_ERROR(check_launch("moe_plan_kernel"));
+  const auto* ids = static_cast<const int64_t*>(topk_ids.data_ptr());
+  if (plan.plan_blocks == 0) {
+    launch_pdl(moe_plan_kernel, 1, kPlanThreads, 0, stream, ids, plan);
+    VLLM_RETURN_IF_ERROR(check_launch("moe_plan_kernel"));
+  } else {
+    const auto blocks = static_cast<unsigned>(plan.plan_blocks);
+    launch_pdl(moe_plan_count_kernel, blocks, kPlanThreads, 0, stream, ids, plan);
+    VLLM_RETURN_IF_ERROR(check_launch("moe_plan_count_kernel"));
+    launch_pdl(moe_plan_offsets_kernel, 1, kPlanThreads, 0, stream, plan);
+    VLLM_RETURN_IF_ERROR(check_launch("moe_plan_offsets_kernel"));
+    launch_pdl(moe_plan_scatter_kernel, blocks, kPlanThreads, 0, stream, ids, plan);
+    VLLM_RETURN_IF_ERROR(check_launch("moe_plan_scatter_kernel"));
+  }
   if (choice.path == MoePath::kGroupedGemm) {
     VLLM_RETURN_IF_ERROR(detail::launch_moe_grouped_gemm(problem, plan, choice.tile_rows, stream));
   } else {

@@ -52,6 +52,9 @@ constexpr int64_t kMoeSharedAheadMaxTokens = 4;
 // pairs each on average (decode at high concurrency: the weights dominate), else 128
 // (prefill: the arithmetic dominates).
 constexpr int64_t kMoeSmallTileMaxPairsPerExpert = 32;
+// On sm_90 (the wgmma kernel), 64-row tiles up to this many pairs per expert on average, so a
+// 2,048-token prompt's ~64 pairs an expert do not pad to 128.
+constexpr int64_t kMoeMidTileMaxPairsPerExpert = 128;
 
 // router_logits F32 [T, E] (row stride allowed) -> topk_weights F32 [T, k], topk_ids I64
 // [T, k] (both contiguous): softmax over E, the k most probable experts in descending

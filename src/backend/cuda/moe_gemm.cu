@@ -534,10 +534,10 @@ Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, i
     return problem.fp8 ? launch_both<32, true>(problem, plan, stream)
                        : launch_both<32, false>(problem, plan, stream);
   }
+  if (tile_rows == 64 || (tile_rows == 128 && !problem.fp8 && wgmma_grouped_gemm_available())) {
+    return launch_moe_grouped_gemm_wgmma(problem, plan, stream);
+  }
   if (tile_rows == 128) {
-    if (!problem.fp8 && wgmma_grouped_gemm_available()) {
-      return launch_moe_grouped_gemm_wgmma(problem, plan, stream);
-    }
     return problem.fp8 ? launch_both<128, true>(problem, plan, stream)
                        : launch_both<128, false>(problem, plan, stream);
   }

@@ -26,6 +26,8 @@ struct MoePlan {
   int32_t* active = nullptr;        // [max_active] experts with a pair, in increasing id
   int32_t* num_active = nullptr;    // [1]
   int32_t* tile_expert = nullptr;   // [max_tiles] expert of each row tile; -1 past the last
+  int32_t* block_counts = nullptr;  // [plan_blocks, E] the multi-block grouping's counts / bases
+  int plan_blocks = 0;              // blocks of the multi-block grouping; 0: one block
   int64_t pairs = 0;                // T * k
   int64_t capacity = 0;             // grouped rows reserved (a bound on the padded total)
   int64_t max_tiles = 0;            // capacity / row_align when row_align > 1, else 0
@@ -64,14 +66,14 @@ struct MoeProblem {
 // pairs of plan (row_align 1).
 Status launch_moe_gemv(const MoeProblem& problem, const MoePlan& plan, cudaStream_t stream);
 
-// The grouped GEMM (moe_gemm.cu), the same two products over row tiles of `tile_rows` (32 or
-// 128; plan.row_align == tile_rows). Needs grouped_gemm_supported().
+// The grouped GEMM (moe_gemm.cu), the same two products over row tiles of `tile_rows` (32,
+// 64 on sm_90 only, or 128; plan.row_align == tile_rows). Needs grouped_gemm_supported().
 Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, int tile_rows,
                                cudaStream_t stream);
 
 // The same two products on Hopper's wgmma (sm90a/moe_gemm_wgmma.cu, machine code for sm_90a
-// only): BF16 experts, 128-row tiles. launch_moe_grouped_gemm takes it by itself where
-// wgmma_grouped_gemm_available().
+// only): BF16 experts, 64- or 128-row tiles. launch_moe_grouped_gemm takes it by itself for
+// 128-row tiles where wgmma_grouped_gemm_available(), and 64-row tiles exist only there.
 Status launch_moe_grouped_gemm_wgmma(const MoeProblem& problem, const MoePlan& plan,
                                      cudaStream_t stream);
 // Whether the current device runs sm_90a code (compute capability 9.0).

@@ -38,23 +38,32 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr int kThreads = 256;  // two warpgroups
-constexpr int kRows = 128;     // grouped rows per CTA (the plan's row alignment)
 constexpr int kBN = 256;       // weight rows per CTA
 constexpr int kBK = 64;        // reduction slice per stage: one 128-byte swizzled row
 constexpr int kStages = 4;
-constexpr int kChunk = 8;                          // bf16 per 16-byte copy
-constexpr int kRowsPerPass = kThreads / kChunk;    // 32 operand rows per pass of the threads
-constexpr int kActCopies = kRows / kRowsPerPass;   // 4 activation copies a thread a stage
-constexpr int kWeightCopies = kBN / kRowsPerPass;  // 8 weight copies a thread a stage
-constexpr int kActTileBytes = kRows * kBK * 2;     // 16 KB
-constexpr int kWeightTileBytes = kBN * kBK * 2;    // 32 KB
-constexpr int kStageBytes = kActTileBytes + kWeightTileBytes;
+constexpr int kChunk = 8;                        // bf16 per 16-byte copy
+constexpr int kRowsPerPass = kThreads / kChunk;  // 32 operand rows per pass of the threads
 constexpr int kOutPitch = kBN + 8;  // bf16 per epilogue row (16-byte pad: no bank conflicts)
-constexpr int kPipeBytes = kStages * kStageBytes;
-constexpr int kEpilogueBytes = kRows * kOutPitch * 2;
-constexpr size_t kSmemBytes =
-    (kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes) + 1024;  // + alignment slack
-static_assert(kSmemBytes <= 227 * 1024);
+
+// The shapes of a CTA of kRows grouped rows (128 or 64; the plan's row alignment).
+template <int kRows>
+struct Tile {
+  static_assert(kRows == 128 || kRows == 64);
+  // 128 rows: warpgroup w takes rows 64w.. against all 256 weight rows (m64n256k16). 64 rows:
+  // both take all rows, warpgroup w the weight rows 128w.. (m64n128k16).
+  static constexpr int kWgCols = kRows == 128 ? kBN : kBN / 2;  // weight rows per warpgroup
+  static constexpr int kAcc = kWgCols / 2;                      // f32 accumulators a thread
+  static constexpr int kActCopies = kRows / kRowsPerPass;       // copies a thread a stage
+  static constexpr int kWeightCopies = kBN / kRowsPerPass;
+  static constexpr int kActTileBytes = kRows * kBK * 2;
+  static constexpr int kWeightTileBytes = kBN * kBK * 2;  // 32 KB
+  static constexpr int kStageBytes = kActTileBytes + kWeightTileBytes;
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kEpilogueBytes = kRows * kOutPitch * 2;
+  static constexpr size_t kSmemBytes =
+      (kPipeBytes > kEpilogueBytes ? kPipeBytes : kEpilogueBytes) + 1024;  // + alignment slack
+  static_assert(kSmemBytes <= 227 * 1024);
+};
 
 struct Params {
   const bf16* weight;  // [E, weight rows, k]
@@ -79,8 +88,9 @@ __device__ __forceinline__ float silu(float v) {
   return v / (1.0f + expf(-v));
 }
 
-template <bool kGateUp>
+template <int kRows, bool kGateUp>
 __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Params p) {
+  using L = Tile<kRows>;
   pdl_wait();
   pdl_launch_next();
   const int tile = blockIdx.y;
@@ -102,10 +112,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Par
   // the same swizzled offsets, since r % 8 is fixed) in every stage.
   const int chunk = tid % kChunk;
   const int r0 = tid / kChunk;
-  const bf16* act_src[kActCopies];
-  const bf16* w_src[kWeightCopies];
+  const bf16* act_src[L::kActCopies];
+  const bf16* w_src[L::kWeightCopies];
 #pragma unroll
-  for (int j = 0; j < kActCopies; ++j) {
+  for (int j = 0; j < L::kActCopies; ++j) {
     const int64_t row = row0 + r0 + j * kRowsPerPass;
     const bf16* src = nullptr;  // null: a zero row
     if constexpr (kGateUp) {
@@ -116,14 +126,17 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Par
     }
     act_src[j] = src;
   }
+  // Weight row r of the tile. Gate/up: each warpgroup's kWgCols rows are its kWgCols / 2 gate
+  // rows, then the matching up rows (so both halves of a SiLU product land in one thread).
   const bf16* w = p.weight + static_cast<int64_t>(e) * p.expert_stride;
 #pragma unroll
-  for (int j = 0; j < kWeightCopies; ++j) {
+  for (int j = 0; j < L::kWeightCopies; ++j) {
     const int r = r0 + j * kRowsPerPass;
     int wr = -1;
     if constexpr (kGateUp) {
-      const int c = col0 + r % (kBN / 2);
-      if (c < p.n_out) wr = r < kBN / 2 ? c : p.n_out + c;
+      constexpr int kHalf = L::kWgCols / 2;
+      const int c = col0 + (r / L::kWgCols) * kHalf + r % kHalf;
+      if (c < p.n_out) wr = r % L::kWgCols < kHalf ? c : p.n_out + c;
     } else {
       if (col0 + r < p.n_out) wr = col0 + r;
     }
@@ -132,27 +145,30 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Par
   const uint32_t dst0 = swizzle_128b_offset(r0, chunk);  // + j * 32 rows * 128 bytes
 
   auto load_stage = [&](int stage, int kt) {
-    unsigned char* a = smem + stage * kStageBytes;
-    unsigned char* b = a + kActTileBytes;
+    unsigned char* a = smem + stage * L::kStageBytes;
+    unsigned char* b = a + L::kActTileBytes;
     const int kc = kt * kBK + chunk * kChunk;
     const bool in_k = kc < p.k;
 #pragma unroll
-    for (int j = 0; j < kActCopies; ++j) {
+    for (int j = 0; j < L::kActCopies; ++j) {
       const bool valid = in_k && act_src[j] != nullptr;
       cp_async_16(a + dst0 + j * kRowsPerPass * 128, valid ? act_src[j] + kc : p.weight,
                   valid ? 16 : 0);
     }
 #pragma unroll
-    for (int j = 0; j < kWeightCopies; ++j) {
+    for (int j = 0; j < L::kWeightCopies; ++j) {
       const bool valid = in_k && w_src[j] != nullptr;
       cp_async_16(b + dst0 + j * kRowsPerPass * 128, valid ? w_src[j] + kc : p.weight,
                   valid ? 16 : 0);
     }
   };
 
-  float acc[128];
+  float acc[L::kAcc];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < L::kAcc; ++i) acc[i] = 0.0f;
+  // This warpgroup's operands within a stage.
+  const int a_offset = kRows == 128 ? wg * (L::kActTileBytes / 2) : 0;
+  const int b_offset = L::kActTileBytes + (kRows == 128 ? 0 : wg * (L::kWeightTileBytes / 2));
 
   const int k_tiles = (p.k + kBK - 1) / kBK;
 #pragma unroll
@@ -165,12 +181,17 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Par
     fence_proxy_async_shared();            // ... and is visible to the tensor cores
     __syncthreads();                       // ... for everyone's copies
 
-    const unsigned char* a = smem + (kt % kStages) * kStageBytes + wg * (kActTileBytes / 2);
-    const unsigned char* b = smem + (kt % kStages) * kStageBytes + kActTileBytes;
+    const unsigned char* stage = smem + (kt % kStages) * L::kStageBytes;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
-      wgmma_m64n256k16_bf16(acc, wgmma_desc_sw128(a + kk * 32), wgmma_desc_sw128(b + kk * 32), 1);
+      const uint64_t da = wgmma_desc_sw128(stage + a_offset + kk * 32);
+      const uint64_t db = wgmma_desc_sw128(stage + b_offset + kk * 32);
+      if constexpr (kRows == 128) {
+        wgmma_m64n256k16_bf16(acc, da, db, 1);
+      } else {
+        wgmma_m64k16_bf16_ss(acc, da, db, 1);
+      }
     }
     wgmma_commit();
     wgmma_wait<1>();  // this warpgroup's products on tile kt - 1 are done
@@ -184,36 +205,43 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Par
   cp_async_wait_pending<0>();
   __syncthreads();  // every warpgroup is done with the stages: reuse them for the epilogue
 
-  // Accumulator (row, column) of this thread: rows 64 wg + 16 warp + lane / 4 (+ 8), columns
-  // 8 i + 2 (lane % 4) (+ 1) for i < 32.
+  // Accumulator (row, column) of this thread within its warpgroup's block: rows 16 warp +
+  // lane / 4 (+ 8), columns 8 i + 2 (lane % 4) (+ 1), i < kWgCols / 8. The block sits at tile
+  // rows 64 wg (128 rows) or 0 (64 rows), and at output columns 0 (128 rows) or
+  // wg * kWgCols / 2 (gate/up) / wg * kWgCols (down) for 64 rows.
   bf16* out_tile = reinterpret_cast<bf16*>(smem);
   const int lane = tid % 32, warp_in_wg = (tid / 32) % 4;
-  const int er = wg * 64 + warp_in_wg * 16 + lane / 4;
+  const int er = (kRows == 128 ? wg * 64 : 0) + warp_in_wg * 16 + lane / 4;
   const int ec = 2 * (lane % 4);
+  constexpr int kBlocks = L::kWgCols / 8;  // 8-column accumulator blocks
   if constexpr (kGateUp) {
-    // Columns c < 128 are gate rows, c + 128 the matching up rows: block i pairs with i + 16.
+    // Block i < kBlocks / 2 is gate rows, block i + kBlocks / 2 the matching up rows.
+    const int oc = kRows == 128 ? 0 : wg * (L::kWgCols / 2);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < kBlocks / 2; ++i) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float* g = acc + 4 * i + 2 * h;
-        const float* u = acc + 4 * (i + 16) + 2 * h;
+        const float* u = acc + 4 * (i + kBlocks / 2) + 2 * h;
         __nv_bfloat162 v;
         v.x = __float2bfloat16_rn(silu(g[0]) * u[0]);
         v.y = __float2bfloat16_rn(silu(g[1]) * u[1]);
-        *reinterpret_cast<__nv_bfloat162*>(out_tile + (er + 8 * h) * kOutPitch + 8 * i + ec) = v;
+        *reinterpret_cast<__nv_bfloat162*>(out_tile + (er + 8 * h) * kOutPitch + oc + 8 * i + ec) =
+            v;
       }
     }
   } else {
+    const int oc = kRows == 128 ? 0 : wg * L::kWgCols;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kBlocks; ++i) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float* d = acc + 4 * i + 2 * h;
         __nv_bfloat162 v;
         v.x = __float2bfloat16_rn(d[0]);
         v.y = __float2bfloat16_rn(d[1]);
-        *reinterpret_cast<__nv_bfloat162*>(out_tile + (er + 8 * h) * kOutPitch + 8 * i + ec) = v;
+        *reinterpret_cast<__nv_bfloat162*>(out_tile + (er + 8 * h) * kOutPitch + oc + 8 * i + ec) =
+            v;
       }
     }
   }
@@ -229,9 +257,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Par
   }
 }
 
-template <bool kGateUp>
+template <int kRows, bool kGateUp>
 Status launch(const Params& p, int64_t tiles, cudaStream_t stream) {
-  auto kernel = moe_grouped_gemm_wgmma_kernel<kGateUp>;
+  auto kernel = moe_grouped_gemm_wgmma_kernel<kRows, kGateUp>;
+  constexpr size_t kSmemBytes = Tile<kRows>::kSmemBytes;
   // Above 48 KiB of dynamic shared memory a kernel must opt in, once per device.
   static std::once_flag once[64];
   static Status opt_in[64];
@@ -254,18 +283,8 @@ Status launch(const Params& p, int64_t tiles, cudaStream_t stream) {
                               : "moe_grouped_gemm_wgmma_kernel (down)");
 }
 
-}  // namespace
-
-Status launch_moe_grouped_gemm_wgmma(const MoeProblem& pr, const MoePlan& plan,
-                                     cudaStream_t stream) {
-  if (plan.row_align != kRows || pr.fp8 || pr.dtype != DType::kBF16 ||
-      !grouped_gemm_supported(pr) || plan.max_tiles > 65535) {
-    return make_error(ErrorCode::kInternal,
-                      "launch_moe_grouped_gemm_wgmma: needs BF16 experts grouped in {}-row tiles "
-                      "(got {}-row tiles, {} tiles)",
-                      kRows, plan.row_align, plan.max_tiles);
-  }
-  if (plan.max_tiles == 0) return Status::ok();
+template <int kRows>
+Status launch_both(const MoeProblem& pr, const MoePlan& plan, cudaStream_t stream) {
   Params gu{};
   gu.weight = static_cast<const bf16*>(pr.gate_up);
   gu.expert_stride = 2 * pr.inter * pr.hidden;
@@ -278,7 +297,7 @@ Status launch_moe_grouped_gemm_wgmma(const MoeProblem& pr, const MoePlan& plan,
   gu.n_out = static_cast<int>(pr.inter);
   gu.k = static_cast<int>(pr.hidden);
   gu.top_k = plan.top_k;
-  VLLM_RETURN_IF_ERROR(launch<true>(gu, plan.max_tiles, stream));
+  VLLM_RETURN_IF_ERROR((launch<kRows, true>(gu, plan.max_tiles, stream)));
 
   Params dn = gu;
   dn.weight = static_cast<const bf16*>(pr.down);
@@ -289,7 +308,23 @@ Status launch_moe_grouped_gemm_wgmma(const MoeProblem& pr, const MoePlan& plan,
   dn.ld_output = pr.hidden;
   dn.n_out = static_cast<int>(pr.hidden);
   dn.k = static_cast<int>(pr.inter);
-  return launch<false>(dn, plan.max_tiles, stream);
+  return launch<kRows, false>(dn, plan.max_tiles, stream);
+}
+
+}  // namespace
+
+Status launch_moe_grouped_gemm_wgmma(const MoeProblem& pr, const MoePlan& plan,
+                                     cudaStream_t stream) {
+  if ((plan.row_align != 128 && plan.row_align != 64) || pr.fp8 || pr.dtype != DType::kBF16 ||
+      !grouped_gemm_supported(pr) || plan.max_tiles > 65535) {
+    return make_error(ErrorCode::kInternal,
+                      "launch_moe_grouped_gemm_wgmma: needs BF16 experts grouped in 64- or "
+                      "128-row tiles (got {}-row tiles, {} tiles)",
+                      plan.row_align, plan.max_tiles);
+  }
+  if (plan.max_tiles == 0) return Status::ok();
+  return plan.row_align == 128 ? launch_both<128>(pr, plan, stream)
+                               : launch_both<64>(pr, plan, stream);
 }
 
 }  // namespace vllm::cuda::detail
