@@ -506,18 +506,12 @@ bool grouped_gemm_supported(const MoeProblem& pr) {
 }
 
 bool wgmma_grouped_gemm_available() {
-  static std::once_flag once[64];
-  static bool available[64];
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
-  std::call_once(once[device], [&] {
-    int major = 0, minor = 0;
-    available[device] =
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-        major == 9 && minor == 0;
-  });
-  return available[device];
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return runs_sm90a(device);
 }
 
 Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, int tile_rows,

@@ -76,7 +76,7 @@ Status launch_moe_grouped_gemm(const MoeProblem& problem, const MoePlan& plan, i
 // 128-row tiles where wgmma_grouped_gemm_available(), and 64-row tiles exist only there.
 Status launch_moe_grouped_gemm_wgmma(const MoeProblem& problem, const MoePlan& plan,
                                      cudaStream_t stream);
-// Whether the current device runs sm_90a code (compute capability 9.0).
+// Whether the current device runs sm_90a code (runs_sm90a, runtime.h).
 bool wgmma_grouped_gemm_available();
 
 // The per-pair path (moe_pair.cu): no grouping; gate/up per (token, slot) pair, then the
