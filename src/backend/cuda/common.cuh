@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
 #include <string_view>
 #include <utility>
 
@@ -301,6 +302,27 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   config.attrs = &attribute;
   config.numAttrs = pdl_enabled() ? 1 : 0;
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// Lets kKernel take `bytes` of dynamic shared memory: above 48 KiB a kernel must opt in, once
+// per device (the first call's `bytes` stands). `call` names the opt-in in the error.
+template <auto kKernel>
+Status opt_in_shared_memory(size_t bytes, const char* call) {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static Status result[kMaxDevices];
+  int device = 0;
+  VLLM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  if (device < 0 || device >= kMaxDevices) {
+    return make_error(ErrorCode::kUnsupported, "{}: device {} out of range", call, device);
+  }
+  std::call_once(once[device], [&] {
+    result[device] =
+        cuda_status(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)),
+                    call);
+  });
+  return result[device];
 }
 #endif
 

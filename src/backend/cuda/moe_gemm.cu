@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <mutex>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
@@ -431,24 +430,11 @@ __global__ void __launch_bounds__(kThreads) moe_grouped_gemm_fp8_kernel(GemmPara
 
 template <int kTileRows, bool kGateUp, bool kFp8>
 Status launch(const GemmParams& p, int64_t tiles, cudaStream_t stream) {
-  auto kernel = kFp8 ? moe_grouped_gemm_fp8_kernel<kTileRows, kGateUp>
-                     : moe_grouped_gemm_kernel<kTileRows, kGateUp>;
+  constexpr auto kernel = kFp8 ? &moe_grouped_gemm_fp8_kernel<kTileRows, kGateUp>
+                               : &moe_grouped_gemm_kernel<kTileRows, kGateUp>;
   constexpr size_t kSmem = kFp8 ? Fp8Smem<kTileRows>::kBytes : Smem<kTileRows>::kBytes;
-  // Above 48 KiB of dynamic shared memory a kernel must opt in, once per device.
-  static std::once_flag once[64];
-  static Status opt_in[64];
-  int device = 0;
-  VLLM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) {
-    return make_error(ErrorCode::kUnsupported, "moe grouped GEMM: device {} out of range", device);
-  }
-  std::call_once(once[device], [&] {
-    (void)(opt_in[device] = cuda_status(
-               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(kSmem)),
-               "cudaFuncSetAttribute(moe_grouped_gemm_kernel, MaxDynamicSharedMemorySize)"));
-  });
-  VLLM_RETURN_IF_ERROR(opt_in[device]);
+  VLLM_RETURN_IF_ERROR(opt_in_shared_memory<kernel>(
+      kSmem, "cudaFuncSetAttribute(moe_grouped_gemm_kernel, MaxDynamicSharedMemorySize)"));
   constexpr int kOutCols = kGateUp ? kBN / 2 : kBN;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kOutCols)), static_cast<unsigned>(tiles));
   launch_pdl(kernel, grid, kThreads, kSmem, stream, p);

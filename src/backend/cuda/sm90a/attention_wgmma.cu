@@ -39,7 +39,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_wgmma.h"
@@ -433,25 +432,9 @@ template <int D>
 Status launch_attention_prefill_wgmma(const AttentionArgs& args, int num_requests,
                                       cudaStream_t stream) {
   using Tile = WgmmaTile<D>;
-  auto* kernel = &wgmma_prefill_kernel<D>;
-  // Above 48 KiB of dynamic shared memory a kernel must opt in, once per device.
-  static std::once_flag once[64];
-  static Status opt_in[64];
-  int device = 0;
-  VLLM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) {
-    return make_error(ErrorCode::kUnsupported,
-                      "paged_attention wgmma prefill: device {} out of "
-                      "range",
-                      device);
-  }
-  std::call_once(once[device], [&] {
-    (void)(opt_in[device] = cuda_status(
-               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    Tile::kSmemBytes),
-               "cudaFuncSetAttribute(wgmma_prefill_kernel, MaxDynamicSharedMemorySize)"));
-  });
-  VLLM_RETURN_IF_ERROR(opt_in[device]);
+  constexpr auto kernel = &wgmma_prefill_kernel<D>;
+  VLLM_RETURN_IF_ERROR(opt_in_shared_memory<kernel>(
+      Tile::kSmemBytes, "cudaFuncSetAttribute(wgmma_prefill_kernel, MaxDynamicSharedMemorySize)"));
   const int64_t tiles =
       ceil_div(static_cast<int64_t>(args.max_query_len) * args.group, Tile::kRows);
   if (tiles <= 0) return Status::ok();

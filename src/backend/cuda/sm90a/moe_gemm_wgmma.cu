@@ -25,7 +25,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <mutex>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/moe_plan.cuh"
@@ -259,23 +258,11 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Par
 
 template <int kRows, bool kGateUp>
 Status launch(const Params& p, int64_t tiles, cudaStream_t stream) {
-  auto kernel = moe_grouped_gemm_wgmma_kernel<kRows, kGateUp>;
+  constexpr auto kernel = &moe_grouped_gemm_wgmma_kernel<kRows, kGateUp>;
   constexpr size_t kSmemBytes = Tile<kRows>::kSmemBytes;
-  // Above 48 KiB of dynamic shared memory a kernel must opt in, once per device.
-  static std::once_flag once[64];
-  static Status opt_in[64];
-  int device = 0;
-  VLLM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) {
-    return make_error(ErrorCode::kUnsupported, "moe grouped GEMM: device {} out of range", device);
-  }
-  std::call_once(once[device], [&] {
-    (void)(opt_in[device] = cuda_status(
-               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(kSmemBytes)),
-               "cudaFuncSetAttribute(moe_grouped_gemm_wgmma_kernel, MaxDynamicSharedMemorySize)"));
-  });
-  VLLM_RETURN_IF_ERROR(opt_in[device]);
+  VLLM_RETURN_IF_ERROR(opt_in_shared_memory<kernel>(
+      kSmemBytes,
+      "cudaFuncSetAttribute(moe_grouped_gemm_wgmma_kernel, MaxDynamicSharedMemorySize)"));
   constexpr int kOutCols = kGateUp ? kBN / 2 : kBN;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kOutCols)), static_cast<unsigned>(tiles));
   launch_pdl(kernel, grid, kThreads, kSmemBytes, stream, p);
