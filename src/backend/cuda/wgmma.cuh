@@ -112,11 +112,15 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 #endif
 }
 
-// d (64 x 256 per warpgroup, f32) = A (64 x 16) B (16 x 256) + (accumulate ? d : 0), A and B
-// in shared memory, both K-major, described by wgmma_desc_sw128. Every thread of the
-// warpgroup calls it together, between wgmma_fence() and wgmma_commit().
-__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a,
-                                                      uint64_t desc_b, int accumulate) {
+// ---- The instruction forms (bf16 in, f32 accumulators), one overload per N ------------------
+// wgmma_m64k16_bf16_ss: d (64 x N per warpgroup) = A (64 x 16) B (16 x N) + (accumulate ? d :
+// 0), A and B in shared memory, both K-major (wgmma_desc_sw128); N = 64, 80, 96, 128, 256 (d
+// has N / 2 floats). wgmma_m64k16_bf16_rs_bmn: the same with A from registers (the fragment
+// above) and B MN-major (wgmma_desc_sw128_mn, imm-trans-b = 1); N = 128, 256. Every thread of
+// the warpgroup calls them together, between wgmma_fence() and wgmma_commit(). The operand
+// lists are written out (inline asm takes no parameter packs).
+__device__ __forceinline__ void wgmma_m64k16_bf16_ss(float (&d)[128], uint64_t desc_a,
+                                                     uint64_t desc_b, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n"
@@ -160,13 +164,6 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
 #endif
 }
 
-// ---- Further shapes (bf16 in, f32 accumulators), one overload per N ----------------------
-// wgmma_m64k16_bf16_ss: d (64 x N) = A (64 x 16) B (16 x N) + (accumulate ? d : 0), A and B in
-// shared memory, both K-major (wgmma_desc_sw128); N = 64, 80, 96, 128 (d has N / 2 floats).
-// wgmma_m64k16_bf16_rs_bmn: the same with A from registers (the fragment above) and B
-// MN-major (wgmma_desc_sw128_mn, imm-trans-b = 1); N = 128, 256.
-// Same calling rules as wgmma_m64n256k16_bf16. The operand lists are written out (inline asm
-// takes no parameter packs).
 __device__ __forceinline__ void wgmma_m64k16_bf16_ss(float (&d)[32], uint64_t desc_a,
                                                      uint64_t desc_b, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -186,11 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Par
     for (int kk = 0; kk < kBK / 16; ++kk) {
       const uint64_t da = wgmma_desc_sw128(stage + a_offset + kk * 32);
       const uint64_t db = wgmma_desc_sw128(stage + b_offset + kk * 32);
-      if constexpr (kRows == 128) {
-        wgmma_m64n256k16_bf16(acc, da, db, 1);
-      } else {
-        wgmma_m64k16_bf16_ss(acc, da, db, 1);
-      }
+      wgmma_m64k16_bf16_ss(acc, da, db, 1);  // N = kWgCols: 256 or 128
     }
     wgmma_commit();
     wgmma_wait<1>();  // this warpgroup's products on tile kt - 1 are done
