@@ -60,23 +60,6 @@ struct Smem {
   static constexpr size_t kBytes = kRowsOffset + kOperandRows * sizeof(const bf16*);
 };
 
-struct GemmParams {
-  const bf16* weight;  // [E, weight rows, k]
-  int64_t expert_stride;
-  const bf16* input;  // gate/up: x (row = token); down: act (row = grouped row)
-  int64_t ld_input;
-  bf16* output;  // gate/up: act; down: y (row = grouped row)
-  int64_t ld_output;
-  const int32_t* sorted_pairs;
-  const int32_t* tile_expert;
-  int n_out;  // gate/up: I (output columns; 2I weight rows); down: H
-  int k;
-  int top_k;
-  // FP8 experts: e4m3 weight rows (`weight` unused) and their scales.
-  const uint8_t* weight8;
-  MoeFp8Scales scales;
-};
-
 __device__ __forceinline__ void cp_async16(void* smem, const void* global, bool valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
@@ -96,7 +79,7 @@ __device__ __forceinline__ float silu(float v) {
 }
 
 template <int kTileRows, bool kGateUp>
-__global__ void __launch_bounds__(kThreads) moe_grouped_gemm_kernel(GemmParams p) {
+__global__ void __launch_bounds__(kThreads) moe_grouped_gemm_kernel(GroupedGemmParams p) {
   pdl_wait();
   pdl_launch_next();
   using S = Smem<kTileRows>;
@@ -251,7 +234,7 @@ struct Fp8Smem {
 };
 
 template <int kTileRows, bool kGateUp>
-__global__ void __launch_bounds__(kThreads) moe_grouped_gemm_fp8_kernel(GemmParams p) {
+__global__ void __launch_bounds__(kThreads) moe_grouped_gemm_fp8_kernel(GroupedGemmParams p) {
   pdl_wait();
   pdl_launch_next();
   using S = Fp8Smem<kTileRows>;
@@ -429,7 +412,7 @@ __global__ void __launch_bounds__(kThreads) moe_grouped_gemm_fp8_kernel(GemmPara
 }
 
 template <int kTileRows, bool kGateUp, bool kFp8>
-Status launch(const GemmParams& p, int64_t tiles, cudaStream_t stream) {
+Status launch(const GroupedGemmParams& p, int64_t tiles, cudaStream_t stream) {
   constexpr auto kernel = kFp8 ? &moe_grouped_gemm_fp8_kernel<kTileRows, kGateUp>
                                : &moe_grouped_gemm_kernel<kTileRows, kGateUp>;
   constexpr size_t kSmem = kFp8 ? Fp8Smem<kTileRows>::kBytes : Smem<kTileRows>::kBytes;
@@ -444,34 +427,10 @@ Status launch(const GemmParams& p, int64_t tiles, cudaStream_t stream) {
 
 template <int kTileRows, bool kFp8>
 Status launch_both(const MoeProblem& pr, const MoePlan& plan, cudaStream_t stream) {
-  GemmParams gu{};
-  gu.weight = static_cast<const bf16*>(pr.gate_up);
-  gu.weight8 = static_cast<const uint8_t*>(pr.gate_up);
-  gu.scales = pr.gate_up_scales;
-  gu.expert_stride = 2 * pr.inter * pr.hidden;
-  gu.input = static_cast<const bf16*>(pr.x);
-  gu.ld_input = pr.ldx;
-  gu.output = static_cast<bf16*>(pr.act);
-  gu.ld_output = pr.inter;
-  gu.sorted_pairs = plan.sorted_pairs;
-  gu.tile_expert = plan.tile_expert;
-  gu.n_out = static_cast<int>(pr.inter);
-  gu.k = static_cast<int>(pr.hidden);
-  gu.top_k = plan.top_k;
-  VLLM_RETURN_IF_ERROR((launch<kTileRows, true, kFp8>(gu, plan.max_tiles, stream)));
-
-  GemmParams dn = gu;
-  dn.weight = static_cast<const bf16*>(pr.down);
-  dn.weight8 = static_cast<const uint8_t*>(pr.down);
-  dn.scales = pr.down_scales;
-  dn.expert_stride = pr.hidden * pr.inter;
-  dn.input = static_cast<const bf16*>(pr.act);
-  dn.ld_input = pr.inter;
-  dn.output = static_cast<bf16*>(pr.y);
-  dn.ld_output = pr.hidden;
-  dn.n_out = static_cast<int>(pr.hidden);
-  dn.k = static_cast<int>(pr.inter);
-  return launch<kTileRows, false, kFp8>(dn, plan.max_tiles, stream);
+  VLLM_RETURN_IF_ERROR(
+      (launch<kTileRows, true, kFp8>(grouped_gemm_params(pr, plan, true), plan.max_tiles, stream)));
+  return launch<kTileRows, false, kFp8>(grouped_gemm_params(pr, plan, false), plan.max_tiles,
+                                        stream);
 }
 
 }  // namespace

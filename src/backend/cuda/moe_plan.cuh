@@ -10,6 +10,7 @@
 // never touched (GEMV). All of it lives in the call's scratch buffer.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -61,6 +62,59 @@ struct MoeProblem {
   void* y = nullptr;              // [capacity, H]
   int64_t tokens = 0, hidden = 0, inter = 0;
 };
+
+// One projection of the grouped GEMM (moe_gemm.cu, sm90a/moe_gemm_wgmma.cu), as its kernels
+// take it: gate/up reads x through sorted_pairs and writes act, down reads and writes grouped
+// rows.
+struct GroupedGemmParams {
+  const __nv_bfloat16* weight;  // [E, weight rows, k]
+  int64_t expert_stride;
+  const __nv_bfloat16* input;  // gate/up: x (row = token); down: act (row = grouped row)
+  int64_t ld_input;
+  __nv_bfloat16* output;  // gate/up: act; down: y (row = grouped row)
+  int64_t ld_output;
+  const int32_t* sorted_pairs;
+  const int32_t* tile_expert;
+  int n_out;  // gate/up: I (output columns; 2I weight rows); down: H
+  int k;
+  int top_k;
+  // FP8 experts: e4m3 weight rows (`weight` unused) and their scales.
+  const uint8_t* weight8;
+  MoeFp8Scales scales;
+};
+
+// The gate/up (`gate_up`) or down projection's parameters for one call.
+inline GroupedGemmParams grouped_gemm_params(const MoeProblem& pr, const MoePlan& plan,
+                                             bool gate_up) {
+  GroupedGemmParams p{};
+  p.sorted_pairs = plan.sorted_pairs;
+  p.tile_expert = plan.tile_expert;
+  p.top_k = plan.top_k;
+  if (gate_up) {
+    p.weight = static_cast<const __nv_bfloat16*>(pr.gate_up);
+    p.weight8 = static_cast<const uint8_t*>(pr.gate_up);
+    p.scales = pr.gate_up_scales;
+    p.expert_stride = 2 * pr.inter * pr.hidden;
+    p.input = static_cast<const __nv_bfloat16*>(pr.x);
+    p.ld_input = pr.ldx;
+    p.output = static_cast<__nv_bfloat16*>(pr.act);
+    p.ld_output = pr.inter;
+    p.n_out = static_cast<int>(pr.inter);
+    p.k = static_cast<int>(pr.hidden);
+  } else {
+    p.weight = static_cast<const __nv_bfloat16*>(pr.down);
+    p.weight8 = static_cast<const uint8_t*>(pr.down);
+    p.scales = pr.down_scales;
+    p.expert_stride = pr.hidden * pr.inter;
+    p.input = static_cast<const __nv_bfloat16*>(pr.act);
+    p.ld_input = pr.inter;
+    p.output = static_cast<__nv_bfloat16*>(pr.y);
+    p.ld_output = pr.hidden;
+    p.n_out = static_cast<int>(pr.hidden);
+    p.k = static_cast<int>(pr.inter);
+  }
+  return p;
+}
 
 // The gather GEMV (moe_gemv.cu): act = silu(gate x) * (up x), then y = down act, for the
 // pairs of plan (row_align 1).

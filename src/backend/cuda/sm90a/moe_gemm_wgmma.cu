@@ -64,20 +64,6 @@ struct Tile {
   static_assert(kSmemBytes <= 227 * 1024);
 };
 
-struct Params {
-  const bf16* weight;  // [E, weight rows, k]
-  int64_t expert_stride;
-  const bf16* input;  // gate/up: x (row = token); down: act (row = grouped row)
-  int64_t ld_input;
-  bf16* output;  // gate/up: act; down: y (row = grouped row)
-  int64_t ld_output;
-  const int32_t* sorted_pairs;
-  const int32_t* tile_expert;
-  int n_out;  // gate/up: I (output columns; 2I weight rows); down: H
-  int k;
-  int top_k;
-};
-
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait_pending() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
@@ -88,7 +74,7 @@ __device__ __forceinline__ float silu(float v) {
 }
 
 template <int kRows, bool kGateUp>
-__global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Params p) {
+__global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(GroupedGemmParams p) {
   using L = Tile<kRows>;
   pdl_wait();
   pdl_launch_next();
@@ -253,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(Par
 }
 
 template <int kRows, bool kGateUp>
-Status launch(const Params& p, int64_t tiles, cudaStream_t stream) {
+Status launch(const GroupedGemmParams& p, int64_t tiles, cudaStream_t stream) {
   constexpr auto kernel = &moe_grouped_gemm_wgmma_kernel<kRows, kGateUp>;
   constexpr size_t kSmemBytes = Tile<kRows>::kSmemBytes;
   VLLM_RETURN_IF_ERROR(opt_in_shared_memory<kernel>(
@@ -268,30 +254,9 @@ Status launch(const Params& p, int64_t tiles, cudaStream_t stream) {
 
 template <int kRows>
 Status launch_both(const MoeProblem& pr, const MoePlan& plan, cudaStream_t stream) {
-  Params gu{};
-  gu.weight = static_cast<const bf16*>(pr.gate_up);
-  gu.expert_stride = 2 * pr.inter * pr.hidden;
-  gu.input = static_cast<const bf16*>(pr.x);
-  gu.ld_input = pr.ldx;
-  gu.output = static_cast<bf16*>(pr.act);
-  gu.ld_output = pr.inter;
-  gu.sorted_pairs = plan.sorted_pairs;
-  gu.tile_expert = plan.tile_expert;
-  gu.n_out = static_cast<int>(pr.inter);
-  gu.k = static_cast<int>(pr.hidden);
-  gu.top_k = plan.top_k;
-  VLLM_RETURN_IF_ERROR((launch<kRows, true>(gu, plan.max_tiles, stream)));
-
-  Params dn = gu;
-  dn.weight = static_cast<const bf16*>(pr.down);
-  dn.expert_stride = pr.hidden * pr.inter;
-  dn.input = static_cast<const bf16*>(pr.act);
-  dn.ld_input = pr.inter;
-  dn.output = static_cast<bf16*>(pr.y);
-  dn.ld_output = pr.hidden;
-  dn.n_out = static_cast<int>(pr.hidden);
-  dn.k = static_cast<int>(pr.inter);
-  return launch<kRows, false>(dn, plan.max_tiles, stream);
+  VLLM_RETURN_IF_ERROR(
+      (launch<kRows, true>(grouped_gemm_params(pr, plan, true), plan.max_tiles, stream)));
+  return launch<kRows, false>(grouped_gemm_params(pr, plan, false), plan.max_tiles, stream);
 }
 
 }  // namespace
