@@ -317,10 +317,10 @@ Status opt_in_shared_memory(size_t bytes, const char* call) {
     return make_error(ErrorCode::kUnsupported, "{}: device {} out of range", call, device);
   }
   std::call_once(once[device], [&] {
-    result[device] =
-        cuda_status(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(bytes)),
-                    call);
+    (void)(result[device] = cuda_status(
+               cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)),
+               call));
   });
   return result[device];
 }
