@@ -49,6 +49,35 @@ __device__ __forceinline__ RequestView load_request(const AttentionArgs& a, int 
   return v;
 }
 
+// The work of a prefill CTA of the tensor-core kernels (attention_mma.cuh,
+// sm90a/attention_wgmma.cu): request blockIdx.z, query rows [row0, row0 + rows_valid) of
+// `rows` a CTA, counted from the request's last tile (blockIdx.x 0 takes the one that sees the
+// most keys, so the longest CTAs start in the first wave), and keys [0, k_end), those its last
+// row sees. False when the CTA has nothing to do: an invalid request (the small kernel writes
+// its NaN rows), the small kernel's request, or rows past the request's end.
+struct PrefillCta {
+  RequestView req;
+  int row0 = 0, rows_valid = 0;
+  int pos0 = 0;  // position of the request's first query
+  int k_end = 0;
+  const int32_t* table = nullptr;  // the request's block table
+};
+
+__device__ __forceinline__ bool prefill_cta(const AttentionArgs& a, int rows, PrefillCta& c) {
+  const int r = blockIdx.z;
+  c.req = load_request(a, r);
+  if (!c.req.valid) return false;
+  const int rows_total = c.req.q_len * a.group;
+  if (rows_total <= kSmallRows) return false;  // the small kernel's request (or no rows)
+  c.row0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * rows;
+  if (c.row0 >= rows_total) return false;
+  c.rows_valid = min(rows, rows_total - c.row0);
+  c.pos0 = c.req.seq_len - c.req.q_len;
+  c.k_end = c.pos0 + (c.row0 + c.rows_valid - 1) / a.group + 1;
+  c.table = a.block_tables + static_cast<int64_t>(r) * a.max_blocks_per_seq;
+  return true;
+}
+
 // Keys per chunk of a small request with seq_len keys when the grid gives every request
 // num_splits chunks: the request's keys spread over all of them, each chunk a multiple of
 // kAlign keys (the small kernel's key tile for this head dim, so a chunk is whole tiles) and

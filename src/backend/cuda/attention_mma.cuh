@@ -76,20 +76,14 @@ __global__ void __launch_bounds__(kAttnThreads, 1) mma_prefill_kernel(const Atte
   T* kv_s = q_s + Tile::kQElems;        // [stage][K|V][key][kKvStride]
 
   const int tid = threadIdx.x;
-  const int r = blockIdx.z;
   const int kh = blockIdx.y;
-  const RequestView req = load_request(a, r);
-  if (!req.valid) return;  // the small kernel writes its NaN rows
+  PrefillCta cta;
+  if (!prefill_cta(a, kRows, cta)) return;
+  const RequestView& req = cta.req;
   const int G = a.group;
-  const int rows_total = req.q_len * G;
-  if (rows_total <= kSmallRows) return;  // the small kernel's request (or no rows)
-  const int row0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * kRows;
-  if (row0 >= rows_total) return;
-  const int rows_valid = min(kRows, rows_total - row0);
-  const int pos0 = req.seq_len - req.q_len;
-  const int k_end = pos0 + (row0 + rows_valid - 1) / G + 1;  // keys the last row sees
+  const int row0 = cta.row0, rows_valid = cta.rows_valid, pos0 = cta.pos0, k_end = cta.k_end;
   const int num_tiles = (k_end + kKeys - 1) / kKeys;
-  const int32_t* table = a.block_tables + static_cast<int64_t>(r) * a.max_blocks_per_seq;
+  const int32_t* table = cta.table;
 
   // Q tile and the first K/V tile, one cp.async group.
   bool bad = false;

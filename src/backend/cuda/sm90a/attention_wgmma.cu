@@ -242,21 +242,14 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
   unsigned char* k_s = q_s + Tile::kQBytes;  // stage st at + st * kKvBytes
   unsigned char* v_s = k_s + 2 * Tile::kKvBytes;
 
-  const int r = blockIdx.z;
   const int kh = blockIdx.y;
-  const RequestView req = load_request(a, r);
-  if (!req.valid) return;  // the small kernel writes its NaN rows
+  PrefillCta cta;
+  if (!prefill_cta(a, kRows, cta)) return;
+  const RequestView& req = cta.req;
   const int G = a.group;
-  const int rows_total = req.q_len * G;
-  if (rows_total <= kSmallRows) return;  // the small kernel's request (or no rows)
-  // The last query tile (most keys) first, so the longest CTAs start in the first wave.
-  const int row0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * kRows;
-  if (row0 >= rows_total) return;
-  const int rows_valid = min(kRows, rows_total - row0);
-  const int pos0 = req.seq_len - req.q_len;
-  const int k_end = pos0 + (row0 + rows_valid - 1) / G + 1;  // keys the last row sees
+  const int row0 = cta.row0, rows_valid = cta.rows_valid, pos0 = cta.pos0, k_end = cta.k_end;
   const int num_tiles = (k_end + kKeys - 1) / kKeys;
-  const int32_t* table = a.block_tables + static_cast<int64_t>(r) * a.max_blocks_per_seq;
+  const int32_t* table = cta.table;
 
   bool bad = false;
   copy_q_tile<D>(a, req, kh, row0, rows_valid, q_s);
