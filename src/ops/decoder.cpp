@@ -128,12 +128,20 @@ Status linear(const ExecContext& ctx, const Tensor& x, const LinearWeight& weigh
       return make_error(ErrorCode::kInvalidArgument,
                         "linear: the execution context has no GEMM handle");
     }
-    if (weight.is_fp8()) {
-      return cuda::linear_fp8(*static_cast<cuda::BlasContext*>(ctx.blas), x, weight, bias, out,
-                              stream(ctx));
+    auto& blas = *static_cast<cuda::BlasContext*>(ctx.blas);
+    if (weight.is_fp8() && cuda::use_fp8_w8a8(x, weight)) {
+      // W8A8: the activations quantized per token group into workspace scratch.
+      const int64_t m = x.size(0), k = x.size(1), rows = cuda::fp8_w8a8_rows(m);
+      VLLM_ASSIGN_OR_RETURN(Tensor x_q, ctx.alloc({rows, k}, DType::kF8E4M3));
+      VLLM_ASSIGN_OR_RETURN(Tensor x_scales, ctx.alloc({k / 128, rows}, DType::kF32));
+      Tensor out_pad;
+      if (rows != m) {
+        VLLM_ASSIGN_OR_RETURN(out_pad, ctx.alloc({rows, weight.size(0)}, out.dtype()));
+      }
+      return cuda::linear_fp8_w8a8(blas, x, weight, bias, x_q, x_scales, out_pad, out, stream(ctx));
     }
-    return cuda::linear(*static_cast<cuda::BlasContext*>(ctx.blas), x, weight.weight, bias, out,
-                        stream(ctx));
+    if (weight.is_fp8()) return cuda::linear_fp8(blas, x, weight, bias, out, stream(ctx));
+    return cuda::linear(blas, x, weight.weight, bias, out, stream(ctx));
   }
 #endif
   return unsupported("linear", out);

@@ -138,4 +138,83 @@ Expected<Tensor> dequantize_fp8_blocks(const LinearWeight& w) {
   return out;
 }
 
+Expected<Fp8TokenGroups> quantize_fp8_token_groups(const Tensor& x, int64_t group,
+                                                   std::string_view name) {
+  if (!x.defined() || !x.device().is_cpu() || x.ndim() != 2 ||
+      (x.dtype() != DType::kF32 && x.dtype() != DType::kBF16)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cannot quantize '{}' to FP8 token groups: expected a CPU F32 or BF16 "
+                      "[M, K] tensor, got {}",
+                      name, x.defined() ? x.to_string() : std::string("an undefined tensor"));
+  }
+  if (group <= 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cannot quantize '{}' to FP8 token groups of {}: the group must be positive",
+                      name, group);
+  }
+  const int64_t rows = x.size(0), cols = x.size(1);
+  if (cols > 1 && x.stride(1) != 1) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cannot quantize '{}' {} to FP8 token groups: its rows must be contiguous",
+                      name, x.to_string());
+  }
+  const int64_t groups = (cols + group - 1) / group;
+  Fp8TokenGroups out;
+  out.group = group;
+  VLLM_ASSIGN_OR_RETURN(out.q, Tensor::try_empty({rows, cols}, DType::kF8E4M3));
+  VLLM_ASSIGN_OR_RETURN(out.scales, Tensor::try_empty({rows, groups}, DType::kF32));
+  if (rows == 0 || cols == 0) return out;
+  const int64_t ld = x.stride(0);
+  uint8_t* q = out.q.data<uint8_t>();
+  float* s = out.scales.data<float>();
+  for (int64_t m = 0; m < rows; ++m) {
+    const void* row = static_cast<const char*>(x.data_ptr()) + m * ld * dtype_size(x.dtype());
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t k0 = g * group, k1 = std::min(cols, k0 + group);
+      float amax = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = element(row, x.dtype(), k);
+        if (!std::isfinite(v)) {
+          return make_error(ErrorCode::kInvalidArgument,
+                            "cannot quantize '{}' to FP8 token groups: element [{}, {}] is {}, "
+                            "which has no e4m3 value",
+                            name, m, k, v);
+        }
+        amax = std::max(amax, std::fabs(v));
+      }
+      const float scale = std::max(amax, kFp8ActivationMinAmax) / kFp8E4M3Max;
+      s[m * groups + g] = scale;
+      for (int64_t k = k0; k < k1; ++k) {
+        float v = element(row, x.dtype(), k) / scale;
+        v = std::min(std::max(v, -kFp8E4M3Max), kFp8E4M3Max);
+        q[m * cols + k] = f32_to_fp8e4m3(v);
+      }
+    }
+  }
+  return out;
+}
+
+Expected<Tensor> dequantize_fp8_token_groups(const Fp8TokenGroups& a) {
+  if (!a.q.defined() || a.q.dtype() != DType::kF8E4M3 || a.q.ndim() != 2 ||
+      !a.q.device().is_cpu() || !a.q.is_contiguous() || a.group <= 0 || !a.scales.defined() ||
+      a.scales.dtype() != DType::kF32 || !a.scales.is_contiguous() ||
+      a.scales.shape() != Shape{a.q.size(0), (a.q.size(1) + a.group - 1) / a.group}) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "dequantize_fp8_token_groups: expected contiguous CPU F8_E4M3 [M, K] values "
+                      "with F32 [M, ceil(K / group)] scales");
+  }
+  const int64_t rows = a.q.size(0), cols = a.q.size(1), groups = a.scales.size(1);
+  VLLM_ASSIGN_OR_RETURN(Tensor out, Tensor::try_empty({rows, cols}, DType::kF32));
+  if (rows == 0 || cols == 0) return out;
+  const uint8_t* q = a.q.data<uint8_t>();
+  const float* s = a.scales.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t k = 0; k < cols; ++k) {
+      dst[m * cols + k] = fp8e4m3_to_f32(q[m * cols + k]) * s[m * groups + k / a.group];
+    }
+  }
+  return out;
+}
+
 }  // namespace vllm

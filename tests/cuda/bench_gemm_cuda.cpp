@@ -146,5 +146,100 @@ TEST(GemmCudaBench, Qwen35_4B) {
   std::fflush(stdout);
 }
 
+// Block-scaled FP8 products of Qwen3.5-27B (configs/Qwen3.5-27B: hidden 5120, intermediate
+// 17408, 24 q heads x 256 with the gate, 4 kv heads, GDN 16 key heads x 128 and 48 value heads
+// x 128; 16 attention and 48 GDN layers) at prefill sizes, 128 x 128 blocks: the BF16 weight
+// through cuBLASLt, the FP8 weight as W8A16 (linear_fp8: dequantized, then cuBLASLt) and as
+// W8A8 (linear_fp8_w8a8: the activations quantized, then cuBLASLt's block-scaled FP8 GEMM).
+// TFLOP/s against 790 (BF16 peak) for every column; FP8's peak is twice that.
+//   VLLM_BENCH=1 ./vllm_cuda_tests --gtest_filter='GemmCudaBench.Fp8Qwen35_27B'
+TEST(GemmCudaBench, Fp8Qwen35_27B) {
+  if (!cuda_test::bench_enabled()) GTEST_SKIP() << "set VLLM_BENCH=1 to time the GEMMs";
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(cuda::init().is_ok());
+  if (!cuda::runs_sm90a(0)) GTEST_SKIP() << "W8A8 block scaling needs compute capability 9.0";
+  auto blas = cuda::BlasContext::create(Device::cuda());
+  ASSERT_TRUE(blas) << blas.status().to_string();
+  const Matrix kQwen35_27B[] = {
+      {"attn qkv (q+gate,k,v)", 12288 + 1024 + 1024, 5120, 16},
+      {"attn o_proj", 5120, 6144, 16},
+      {"gdn in_proj qkvz", 2048 + 2048 + 6144 + 6144, 5120, 48},
+      {"gdn out_proj", 5120, 6144, 48},
+      {"mlp gate_up", 2 * 17408, 5120, 64},
+      {"mlp down", 5120, 17408, 64},
+  };
+  std::printf("\n| %-22s | %5s | %6s | %5s | %-9s | %-9s | %-9s | %s |\n", "matrix", "M", "N", "K",
+              "BF16 us", "W8A16 us", "W8A8 us", "W8A8 TFLOP/s (of 790)");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  struct StepTotal {
+    double bf16 = 0, w8a16 = 0, w8a8 = 0, flops = 0;
+  };
+  std::map<int64_t, StepTotal> steps;
+  for (int64_t m : {int64_t{64}, int64_t{2048}, int64_t{8192}}) {
+    for (const Matrix& mat : kQwen35_27B) {
+      const double fp8_bytes = static_cast<double>(mat.n * mat.k);
+      const int sets = static_cast<int>(
+          std::clamp<double>(static_cast<double>(kRotationBytes) / fp8_bytes, 1.0, kMaxSets / 2));
+      std::vector<Tensor> bf16_w, xs, outs, xq, xs_scales;
+      std::vector<LinearWeight> fp8_w;
+      for (int i = 0; i < sets; ++i) {
+        auto w = Tensor::try_empty({mat.n, mat.k}, DType::kBF16, Device::cuda());
+        auto q = Tensor::try_empty({mat.n, mat.k}, DType::kF8E4M3, Device::cuda());
+        auto sc =
+            Tensor::try_empty({(mat.n + 127) / 128, mat.k / 128}, DType::kF32, Device::cuda());
+        auto x = Tensor::try_empty({m, mat.k}, DType::kBF16, Device::cuda());
+        auto out = Tensor::try_empty({m, mat.n}, DType::kBF16, Device::cuda());
+        auto x_q = Tensor::try_empty({m, mat.k}, DType::kF8E4M3, Device::cuda());
+        auto x_s = Tensor::try_empty({mat.k / 128, m}, DType::kF32, Device::cuda());
+        ASSERT_TRUE(w && q && sc && x && out && x_q && x_s) << "out of device memory?";
+        ASSERT_TRUE(cuda::fill_uniform(*w, -0.05f, 0.05f, 4 * i + 1, nullptr).is_ok());
+        ASSERT_TRUE(cuda::fill_uniform(*q, -448.0f, 448.0f, 4 * i + 2, nullptr).is_ok());
+        ASSERT_TRUE(cuda::fill_uniform(*sc, 1e-4f, 2e-4f, 4 * i + 3, nullptr).is_ok());
+        ASSERT_TRUE(cuda::fill_uniform(*x, -1.0f, 1.0f, 4 * i + 4, nullptr).is_ok());
+        bf16_w.push_back(*w);
+        fp8_w.emplace_back(*q, *sc, WeightBlock{128, 128});
+        xs.push_back(*x);
+        outs.push_back(*out);
+        xq.push_back(*x_q);
+        xs_scales.push_back(*x_s);
+      }
+      const double bf16_us = cuda_test::time_launches(
+          [&](int i) { return cuda::linear(**blas, xs[i], bf16_w[i], Tensor(), outs[i], nullptr); },
+          sets);
+      const double w8a16_us = cuda_test::time_launches(
+          [&](int i) {
+            return cuda::linear_fp8(**blas, xs[i], fp8_w[i], Tensor(), outs[i], nullptr);
+          },
+          sets);
+      const double w8a8_us = cuda_test::time_launches(
+          [&](int i) {
+            Tensor no_pad;  // m is a multiple of 4
+            return cuda::linear_fp8_w8a8(**blas, xs[i], fp8_w[i], Tensor(), xq[i], xs_scales[i],
+                                         no_pad, outs[i], nullptr);
+          },
+          sets);
+      if (bf16_us <= 0 || w8a16_us <= 0 || w8a8_us <= 0) continue;
+      const double flops = 2.0 * static_cast<double>(m * mat.n * mat.k);
+      const double tflops = flops / (w8a8_us * 1e-6) / 1e12;
+      std::printf("| %-22s | %5lld | %6lld | %5lld | %9.1f | %9.1f | %9.1f | %.0f (%.0f%%) |\n",
+                  mat.name, static_cast<long long>(m), static_cast<long long>(mat.n),
+                  static_cast<long long>(mat.k), bf16_us, w8a16_us, w8a8_us, tflops,
+                  100.0 * tflops / kRooflineTflops);
+      StepTotal& step = steps[m];
+      step.bf16 += bf16_us * mat.layers;
+      step.w8a16 += w8a16_us * mat.layers;
+      step.w8a8 += w8a8_us * mat.layers;
+      step.flops += flops * mat.layers;
+    }
+  }
+  for (const auto& [m, st] : steps) {
+    const double tflops = st.flops / (st.w8a8 * 1e-6) / 1e12;
+    std::printf("| one step, all layers | %5lld | | | %9.0f | %9.0f | %9.0f | %.0f (%.0f%%) |\n",
+                static_cast<long long>(m), st.bf16, st.w8a16, st.w8a8, tflops,
+                100.0 * tflops / kRooflineTflops);
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 }  // namespace vllm

@@ -4,8 +4,10 @@
 // e4m3 maximum, partial edge blocks, negative values, e4m3 subnormals and expert stacks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -264,6 +266,67 @@ TEST(BlockFp8, CheckLinearWeightNamesWhatIsWrong) {
   LinearWeight float_with_scales(random_f32({10, 12}, 8), q->scale_inv, q->block);
   EXPECT_FALSE(check_linear_weight("w", float_with_scales).is_ok());
   EXPECT_TRUE(check_linear_weight("w", LinearWeight(random_f32({10, 12}, 9))).is_ok());
+}
+
+// Per-token-group activation quantization (W8A8's activation side), against vLLM's rule
+// written out here: scale = max(amax, 1e-10) / 448, q = e4m3(clamp(x / scale, +-448)), per
+// group of a row, a partial last group included; dequantization multiplies back.
+TEST(BlockFp8, TokenGroupsFollowTheRule) {
+  Tensor x = random_f32({5, 300}, 21, 3.0f);  // groups of 128: 128, 128, 44
+  float* v = x.data<float>();
+  for (int64_t k = 0; k < 128; ++k) v[k] = 0.0f;                   // row 0 group 0: zeros
+  for (int64_t k = 300; k < 428; ++k) v[k] *= 1e-13f;              // row 1 group 0: tiny
+  for (int64_t k = 2 * 300 + 256; k < 3 * 300; ++k) v[k] *= 1e5f;  // row 2's partial group: huge
+  auto g = quantize_fp8_token_groups(x, 128, "x");
+  ASSERT_TRUE(g.has_value()) << g.status().to_string();
+  ASSERT_EQ(g->q.shape(), (Shape{5, 300}));
+  ASSERT_EQ(g->scales.shape(), (Shape{5, 3}));
+  auto deq = dequantize_fp8_token_groups(*g);
+  ASSERT_TRUE(deq.has_value()) << deq.status().to_string();
+  for (int64_t m = 0; m < 5; ++m) {
+    for (int64_t grp = 0; grp < 3; ++grp) {
+      const int64_t k0 = grp * 128, k1 = std::min<int64_t>(300, k0 + 128);
+      float amax = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(v[m * 300 + k]));
+      const float scale = std::max(amax, 1e-10f) / 448.0f;
+      ASSERT_EQ(g->scales.data<float>()[m * 3 + grp], scale) << m << ", " << grp;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float t = std::min(std::max(v[m * 300 + k] / scale, -448.0f), 448.0f);
+        const uint8_t code = g->q.data<uint8_t>()[m * 300 + k];
+        ASSERT_EQ(code, f32_to_fp8e4m3(t)) << "(" << m << ", " << k << ")";
+        ASSERT_EQ(deq->data<float>()[m * 300 + k], fp8e4m3_to_f32(code) * scale);
+      }
+    }
+  }
+  // Zeros dequantize to zeros; each group's largest magnitude lands on +-448.
+  for (int64_t k = 0; k < 128; ++k) EXPECT_EQ(deq->data<float>()[k], 0.0f);
+  float top = 0.0f;
+  for (int64_t k = 2 * 300 + 256; k < 3 * 300; ++k) {
+    top = std::max(top, std::fabs(fp8e4m3_to_f32(g->q.data<uint8_t>()[k])));
+  }
+  EXPECT_EQ(top, 448.0f);
+  // The dequantized values are within e4m3's half-step (2^-4 relative) of x where they are
+  // normal numbers.
+  for (int64_t k = 300 * 3; k < 300 * 4; ++k) {
+    EXPECT_LE(std::fabs(deq->data<float>()[k] - v[k]), std::fabs(v[k]) * 0.0625f + 1e-2f) << k;
+  }
+}
+
+TEST(BlockFp8, TokenGroupsRefuseBadInput) {
+  Tensor x = random_f32({2, 64}, 22);
+  x.data<float>()[64 + 5] = std::nanf("");
+  auto g = quantize_fp8_token_groups(x, 32, "layer.x");
+  ASSERT_FALSE(g.has_value());
+  EXPECT_NE(g.status().message().find("layer.x"), std::string::npos) << g.status().to_string();
+  EXPECT_NE(g.status().message().find("[1, 5]"), std::string::npos) << g.status().to_string();
+  EXPECT_FALSE(quantize_fp8_token_groups(random_f32({2, 64}, 23), 0, "x").has_value());
+  EXPECT_FALSE(quantize_fp8_token_groups(random_f32({2, 3, 4}, 24), 2, "x").has_value());
+  // A BF16 input and a row-strided one quantize as their F32 values.
+  Tensor wide = random_f32({3, 96}, 25);
+  auto from_slice = quantize_fp8_token_groups(wide.slice(1, 0, 64), 32, "x");
+  auto from_copy = quantize_fp8_token_groups(wide.slice(1, 0, 64).clone(), 32, "x");
+  ASSERT_TRUE(from_slice.has_value() && from_copy.has_value());
+  EXPECT_EQ(std::memcmp(from_slice->q.data_ptr(), from_copy->q.data_ptr(), 3 * 64), 0);
 }
 
 }  // namespace

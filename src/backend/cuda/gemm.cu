@@ -29,6 +29,13 @@
 // bias afterwards; that choice is cached with the plan. K = 0 writes the bias (or zeros),
 // as cpu::linear does, without calling cuBLASLt.
 //
+// FP8. linear_fp8 (W8A16) reads the e4m3 weight in its GEMV or dequantizes it for cuBLASLt;
+// linear_fp8_w8a8 quantizes x per token group (fp8_quant.cu) and runs cuBLASLt's FP8 matmul
+// with block scales: the weight's in BLK128x128_32F mode (its [N / 128, K / 128] row-major
+// grid is that mode's layout for the transposed A operand) and x's in VEC128_32F mode (M-major
+// [K / 128, M]). Its plans are keyed with x_dtype F8_E4M3; the scale pointers are set on the
+// cached descriptor at each call, as the bias pointer is.
+//
 // A BlasContext is used by one host thread and one stream at a time (its workspace and
 // cache are unsynchronised), as the execution context that owns it guarantees.
 #include <cublasLt.h>
@@ -44,6 +51,7 @@
 #include <utility>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/fp8_quant.cuh"
 #include "backend/cuda/gdn_batch.cuh"  // check_no_overlap
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
@@ -206,6 +214,7 @@ class PlanCache {
 };
 
 cudaDataType_t cuda_type(DType dtype) {
+  if (dtype == DType::kF8E4M3) return CUDA_R_8F_E4M3;
   return dtype == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
 }
 
@@ -266,8 +275,11 @@ struct BlasContext::Impl {
 
   // A plan for `key`, with the BIAS epilogue when `bias_epilogue` (bias_ptr: this call's bias,
   // whose address the heuristic inspects). kUnsupported when the heuristic has no algorithm.
+  // W8A8 plans (key.x_dtype F8_E4M3) take this call's scales, whose addresses the heuristic
+  // may inspect as it does the bias's.
   Expected<std::unique_ptr<Plan>> make_plan(const PlanKey& key, const void* bias_ptr,
-                                            bool bias_epilogue) const {
+                                            bool bias_epilogue, const float* w_scales = nullptr,
+                                            const float* x_scales = nullptr) const {
     auto plan = std::make_unique<Plan>();
     VLLM_BLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -281,6 +293,17 @@ struct BlasContext::Impl {
       VLLM_BLAS_RETURN_IF_ERROR(
           set_attr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type));
       VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr));
+    }
+    if (key.x_dtype == DType::kF8E4M3) {
+      // W8A8: one F32 scale per 128 x 128 block of the weight, per 128 values of a row of x.
+      const int32_t w_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      const int32_t x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, w_mode));
+      VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, x_mode));
+      VLLM_BLAS_RETURN_IF_ERROR(
+          set_attr(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scales));
+      VLLM_BLAS_RETURN_IF_ERROR(
+          set_attr(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, x_scales));
     }
     const cudaDataType_t in_type = cuda_type(key.x_dtype);
     VLLM_BLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a, in_type, key.k, key.n, key.k));
@@ -717,6 +740,120 @@ Status linear_fp8(BlasContext& blas, const Tensor& x, const LinearWeight& weight
   VLLM_RETURN_IF_ERROR(detail::launch_fp8_dequantize(w, x.dtype(), impl.fp8_buffer, stream));
   const Tensor dense = Tensor::borrow(impl.fp8_buffer, {N, K}, x.dtype(), x.device(), nullptr);
   return linear_impl(blas, x, dense, bias, out, stream, /*weight_written_before=*/true);
+}
+
+bool linear_fp8_w8a8_fits(const Tensor& x, const LinearWeight& weight) {
+  if (!x.defined() || !weight.is_fp8() || !x.device().is_cuda() || x.ndim() != 2 ||
+      weight.ndim() != 2 || (x.dtype() != DType::kBF16 && x.dtype() != DType::kF32)) {
+    return false;
+  }
+  const int64_t N = weight.size(0), K = weight.size(1);
+  return weight.block == WeightBlock{detail::kFp8ActivationGroup, detail::kFp8ActivationGroup} &&
+         x.size(1) == K && K > 0 && K % detail::kFp8ActivationGroup == 0 && N > 0 &&
+         N % detail::kFp8ActivationGroup == 0 && runs_sm90a(x.device().index);
+}
+
+bool use_fp8_w8a8(const Tensor& x, const LinearWeight& weight) {
+  return x.defined() && x.ndim() == 2 && x.size(0) >= kFp8W8A8MinRows &&
+         linear_fp8_w8a8_fits(x, weight);
+}
+
+Status linear_fp8_w8a8(BlasContext& blas, const Tensor& x, const LinearWeight& weight,
+                       const Tensor& bias, Tensor& x_q, Tensor& x_scales, Tensor& out_pad,
+                       Tensor& out, cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::linear_fp8_w8a8";
+  BlasContext::Impl& impl = *blas.impl();
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "x", x, {DType::kF32, DType::kBF16}));
+  if (x.device() != impl.device) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, but the BlasContext is on {}", kOp,
+                      x.to_string(), impl.device.to_string());
+  }
+  VLLM_RETURN_IF_ERROR(check_linear_weight(kOp, weight));
+  if (!linear_fp8_w8a8_fits(x, weight)) {
+    return make_error(ErrorCode::kUnsupported,
+                      "{}: x {} and weight {} are not a W8A8 product (a block-scaled FP8 weight "
+                      "in 128x128 blocks, K and N multiples of 128, on compute capability "
+                      "9.0; linear_fp8 takes the others)",
+                      kOp, x.to_string(), weight.to_string());
+  }
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "weight", weight.weight, x));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "weight", weight.weight));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "weight scales", weight.scale_inv));
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  const int64_t M_pad = fp8_w8a8_rows(M);
+  const int64_t groups = K / detail::kFp8ActivationGroup;
+  const Tensor shape_only = Tensor::borrow(const_cast<void*>(weight.weight.data_ptr()), {N, K},
+                                           x.dtype(), x.device(), nullptr);
+  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, shape_only, bias, out));
+  for (auto [name, t, dtype, shape] : {std::tuple<std::string_view, const Tensor*, DType, Shape>{
+                                           "x_q", &x_q, DType::kF8E4M3, {M_pad, K}},
+                                       {"x_scales", &x_scales, DType::kF32, {groups, M_pad}},
+                                       {"out_pad", &out_pad, out.dtype(), {M_pad, N}}}) {
+    if (name == "out_pad" && M_pad == M) continue;
+    VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, name, *t, x));
+    if (t->dtype() != dtype || t->shape() != shape || !t->is_contiguous()) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: {} is {}, expected a contiguous {}{}",
+                        kOp, name, t->to_string(), dtype_name(dtype), shape_to_string(shape));
+    }
+  }
+  if (M == 0) return Status::ok();
+  DeviceGuard guard(impl.device);
+  VLLM_RETURN_IF_ERROR(guard.status());
+
+  detail::Fp8QuantizeProblem qp;
+  qp.x_dtype = x.dtype();
+  qp.x = p.x;
+  qp.ldx = p.ldx;
+  qp.q = static_cast<uint8_t*>(x_q.data_ptr());
+  qp.scales = x_scales.data<float>();
+  qp.m = M;
+  qp.m_pad = M_pad;
+  qp.k = K;
+  VLLM_RETURN_IF_ERROR(detail::launch_fp8_quantize_token_groups(qp, stream));
+
+  // The product's rows: out itself, or out_pad when padding rows need somewhere to go.
+  const bool padded = M_pad != M;
+  void* d = padded ? out_pad.data_ptr() : p.out;
+  const int64_t ldd = padded ? N : p.ldo;
+  PlanKey key;
+  key.m = M_pad;
+  key.n = N;
+  key.k = K;
+  key.ldx = K;
+  key.ldo = ldd;
+  key.x_dtype = DType::kF8E4M3;
+  key.out_dtype = p.out_dtype;
+  key.align_x = alignment(qp.q);
+  key.align_w = alignment(weight.weight.data_ptr());
+  key.align_out = alignment(d);
+  const float* w_scales = weight.scale_inv.data<float>();
+  Plan* plan = impl.plans.find(key);
+  if (plan == nullptr) {
+    VLLM_ASSIGN_OR_RETURN(
+        std::unique_ptr<Plan> made,
+        impl.make_plan(key, nullptr, /*bias_epilogue=*/false, w_scales, qp.scales));
+    plan = impl.plans.insert(key, std::move(made));
+  }
+  VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scales));
+  VLLM_BLAS_RETURN_IF_ERROR(set_attr(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                     static_cast<const float*>(qp.scales)));
+  const float alpha = 1.0f, beta = 0.0f;
+  VLLM_RETURN_IF_ERROR(
+      blas_status(cublasLtMatmul(impl.handle, plan->desc, &alpha, weight.weight.data_ptr(), plan->a,
+                                 qp.q, plan->b, &beta, d, plan->d, d, plan->d, &plan->algo,
+                                 impl.workspace, impl.workspace_bytes, stream),
+                  "cublasLtMatmul")
+          .with_context(fmt::format("{}: [{}, {}] x fp8[{}, {}]^T", kOp, M_pad, K, N, K)));
+  if (padded) {
+    const size_t esize = dtype_size(p.out_dtype);
+    VLLM_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(p.out, p.ldo * esize, d, N * esize, N * esize, M,
+                                                cudaMemcpyDeviceToDevice, stream));
+  }
+  if (p.bias != nullptr) {
+    return add_bias(p.out, p.out_dtype, p.ldo, p.bias, p.bias_dtype, M, N, /*accumulate=*/true,
+                    stream);
+  }
+  return Status::ok();
 }
 
 }  // namespace vllm::cuda

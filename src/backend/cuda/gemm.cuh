@@ -104,4 +104,34 @@ Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor
 Status linear_fp8(BlasContext& blas, const Tensor& x, const LinearWeight& weight,
                   const Tensor& bias, Tensor& out, cudaStream_t stream);
 
+// Block-scaled FP8 products of this many rows or more run as W8A8 (use_fp8_w8a8), below as
+// W8A16 (linear_fp8): from here the weight is read by an FP8 tensor-core GEMM once, where
+// linear_fp8 writes and reads it again dequantized, and the activations' quantization costs
+// one pass over x.
+inline constexpr int64_t kFp8W8A8MinRows = 9;
+
+// linear() with a block-scaled FP8 weight as W8A8, the form of vLLM's block-FP8 linear
+// layers: x quantized per token group of 128 (tensor/block_fp8.h, quantize_fp8_token_groups),
+// then one cuBLASLt FP8 matmul with the weight's 128 x 128 block scales and those per-group
+// scales, accumulating in f32; bias added after, out rounded once. The result is
+// (dequantized x_q) @ (dequantized weight)^T up to f32 summation order.
+//
+// cuBLASLt takes the per-group scales as vectors of M_pad = fp8_w8a8_rows(M) (a multiple of
+// 4) values, so the caller provides contiguous scratch for that many rows: x_q F8_E4M3
+// [M_pad, K] and x_scales F32 [K / 128, M_pad] always, and out_pad [M_pad, N] in out's dtype
+// when M_pad > M (the product's rows, of which the first M are copied to out; undefined
+// otherwise). Padding rows are zero codes and never reach out.
+//
+// linear_fp8_w8a8_fits() says which products it takes (the weight in 128 x 128 blocks, K and
+// N multiples of 128, compute capability 9.0: the block scale modes are Hopper's); others are
+// kUnsupported. use_fp8_w8a8() adds the row crossover.
+inline int64_t fp8_w8a8_rows(int64_t m) {
+  return (m + 3) / 4 * 4;
+}
+bool linear_fp8_w8a8_fits(const Tensor& x, const LinearWeight& weight);
+bool use_fp8_w8a8(const Tensor& x, const LinearWeight& weight);
+Status linear_fp8_w8a8(BlasContext& blas, const Tensor& x, const LinearWeight& weight,
+                       const Tensor& bias, Tensor& x_q, Tensor& x_scales, Tensor& out_pad,
+                       Tensor& out, cudaStream_t stream);
+
 }  // namespace vllm::cuda
