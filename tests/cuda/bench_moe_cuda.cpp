@@ -24,7 +24,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -84,14 +86,20 @@ TEST(MoeCudaBench, Qwen35_35B_A3B) {
   const MoeSpec spec = qwen35_35b_a3b();
   const int64_t h = spec.hidden_size, e = spec.num_experts, k = spec.top_k;
   const int64_t inter = spec.intermediate_size, shared = spec.shared_intermediate_size;
-  DummyWeights dummy(ctx, 1);
+  // VLLM_BENCH_MOE_FP8=1: the experts (and the shared expert) as block-scaled FP8 in 128 x 128
+  // blocks, Qwen3.5-35B-A3B-FP8's layout.
+  const char* fp8_env = std::getenv("VLLM_BENCH_MOE_FP8");
+  const bool fp8 = fp8_env != nullptr && std::string(fp8_env) == "1";
+  DummyWeights dummy(ctx, 1,
+                     fp8 ? std::optional<WeightBlock>(WeightBlock{128, 128}) : std::nullopt);
+  std::printf("\nexperts: %s\n", fp8 ? "FP8 (W8A16), 128 x 128 blocks" : "BF16");
   std::vector<MoeLayer> layers(kLayers);
   for (int i = 0; i < kLayers; ++i) {
     Status s = layers[i].load(dummy, "model.layers." + std::to_string(i) + ".mlp.", spec, ctx);
     ASSERT_TRUE(s.is_ok()) << s.to_string();
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const double expert_bytes = 3.0 * h * inter * 2;
+  const double expert_bytes = 3.0 * h * inter * (fp8 ? 1 : 2);
   const double fixed_bytes = (e + 1.0) * h * 2 + 3.0 * h * shared * 2;
 
   print_header();
@@ -141,15 +149,21 @@ TEST(MoeCudaBench, Qwen35_35B_A3B) {
                 fixed_bytes + (touched - (shared_slot ? 1.0 : 0.0)) * expert_bytes + act_bytes,
                 layer_flops, layer_us);
     }
-    for (cuda::MoePath path :
-         {cuda::MoePath::kPairGemv, cuda::MoePath::kGatherGemv, cuda::MoePath::kGroupedGemm}) {
+    for (cuda::MoePath path : {cuda::MoePath::kPairGemv, cuda::MoePath::kGatherGemv,
+                               cuda::MoePath::kGroupedGemm, cuda::MoePath::kGroupedGemmW8A8}) {
       if (path == cuda::MoePath::kPairGemv && prefill) continue;
+      if (path == cuda::MoePath::kGroupedGemmW8A8 && (!fp8 || tokens <= 8)) continue;
       const double us = cuda_test::time_launches(
           [&](int i) -> Status {
             VLLM_RETURN_IF_ERROR(ws.reset());
             cuda::MoeExpertsArgs args;
-            args.gate_up = layers[i].experts().gate_up;
-            args.down = layers[i].experts().down;
+            const ops::MoeWeights& ew = layers[i].experts();
+            args.gate_up = ew.gate_up;
+            args.down = ew.down;
+            args.gate_up_scale_inv = ew.gate_up_scale_inv;
+            args.down_scale_inv = ew.down_scale_inv;
+            args.gate_up_block = ew.gate_up_block;
+            args.down_block = ew.down_block;
             args.path = path;
             VLLM_ASSIGN_OR_RETURN(size_t bytes,
                                   cuda::moe_experts_scratch_bytes(xs[i], ids[i], args));
@@ -161,8 +175,9 @@ TEST(MoeCudaBench, Qwen35_35B_A3B) {
           kLayers, warmup, iterations);
       if (us <= 0) continue;
       const bool gemv = path == cuda::MoePath::kGatherGemv;
-      const char* name = path == cuda::MoePath::kPairGemv ? "per-pair GEMV"
-                         : gemv                           ? "GEMV"
+      const char* name = path == cuda::MoePath::kPairGemv          ? "per-pair GEMV"
+                         : path == cuda::MoePath::kGroupedGemmW8A8 ? "grouped W8A8, 128-row tiles"
+                         : gemv                                    ? "GEMV"
                                 : (tokens * k <= cuda::kMoeSmallTileMaxPairsPerExpert * e
                                        ? "grouped, 32-row tiles"
                                        : "grouped, 128-row tiles");

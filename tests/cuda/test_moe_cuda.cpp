@@ -38,8 +38,11 @@
 
 #include "backend/cpu/gates.h"
 #include "backend/cpu/moe.h"
+#include "backend/cpu/ops.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/moe.cuh"
+#include "backend/cuda/runtime.h"
+#include "base/float_convert.h"
 #include "cuda_device_util.h"
 #include "cuda_test_util.h"
 #include "ops/exec_context.h"
@@ -285,6 +288,8 @@ std::string path_name(cuda::MoePath path) {
       return "gather GEMV";
     case cuda::MoePath::kGroupedGemm:
       return "grouped GEMM";
+    case cuda::MoePath::kGroupedGemmW8A8:
+      return "grouped GEMM, W8A8";
     default:
       return "auto";
   }
@@ -561,6 +566,64 @@ Fp8ExpertSet fp8_expert_set(int64_t experts, int64_t hidden, int64_t inter, Weig
   return s;
 }
 
+// W8A8's reference (cuda::MoePath::kGroupedGemmW8A8): x quantized per token group of 128 and
+// dequantized (tensor/block_fp8.h), each expert's products on the dequantized f32 weights,
+// the SiLU product rounded to BF16 and quantized per group as the GPU does before the down
+// product, each pair's expert output rounded to BF16, then the weighted sum (f32).
+Tensor w8a8_reference(const Tensor& x_f32, const Fp8ExpertSet& w, const Tensor& weights,
+                      const Tensor& ids) {
+  const int64_t t = x_f32.size(0), h = x_f32.size(1), k = ids.size(1);
+  const int64_t e = w.host_gate_up.size(0), inter = w.host_gate_up.size(1) / 2;
+  Tensor out = Tensor::zeros({t, h}, DType::kF32);
+  auto xq = quantize_fp8_token_groups(x_f32, 128, "x");
+  VLLM_CHECK_MSG(xq.has_value(), "{}", xq.status().to_string());
+  const Tensor xd = dequantize_fp8_token_groups(*xq).value();
+  const Tensor gu = dequantize_fp8_blocks(w.host_gate_up).value();
+  const Tensor dn = dequantize_fp8_blocks(w.host_down).value();
+  auto bf16 = [](float v) { return bf16_to_f32(f32_to_bf16(v)); };
+  for (int64_t ex = 0; ex < e; ++ex) {
+    std::vector<std::pair<int64_t, float>> rows;  // (token, weight) of this expert's pairs
+    for (int64_t i = 0; i < t * k; ++i) {
+      if (ids.data<int64_t>()[i] == ex) rows.emplace_back(i / k, weights.data<float>()[i]);
+    }
+    if (rows.empty()) continue;
+    const auto n = static_cast<int64_t>(rows.size());
+    Tensor xe = Tensor::empty({n, h}, DType::kF32);
+    for (int64_t r = 0; r < n; ++r) {
+      std::memcpy(xe.data<float>() + r * h, xd.data<float>() + rows[r].first * h, h * 4);
+    }
+    Tensor g = Tensor::empty({n, 2 * inter}, DType::kF32);
+    VLLM_CHECK(cpu::linear(xe, LinearWeight(gu.slice(0, ex, ex + 1).view({2 * inter, h}).clone()),
+                           Tensor(), g)
+                   .is_ok());
+    Tensor act = Tensor::empty({n, inter}, DType::kF32);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < inter; ++j) {
+        const float gv = g.data<float>()[r * 2 * inter + j];
+        const float uv = g.data<float>()[r * 2 * inter + inter + j];
+        act.data<float>()[r * inter + j] = bf16(gv / (1.0f + std::exp(-gv)) * uv);
+      }
+    }
+    const Tensor ad =
+        dequantize_fp8_token_groups(quantize_fp8_token_groups(act, 128, "act").value()).value();
+    Tensor y = Tensor::empty({n, h}, DType::kF32);
+    VLLM_CHECK(
+        cpu::linear(ad, LinearWeight(dn.slice(0, ex, ex + 1).view({h, inter}).clone()), Tensor(), y)
+            .is_ok());
+    for (int64_t r = 0; r < n; ++r) {
+      float* o = out.data<float>() + rows[r].first * h;
+      for (int64_t c = 0; c < h; ++c) o[c] += rows[r].second * bf16(y.data<float>()[r * h + c]);
+    }
+  }
+  return out;
+}
+
+// Whether kAuto runs these FP8 experts as W8A8 (moe.cu's choose_path).
+bool auto_runs_w8a8(const ExpertsCase& c, WeightBlock block, DType dtype) {
+  return dtype == DType::kBF16 && block == WeightBlock{128, 128} && c.hidden % 128 == 0 &&
+         c.inter % 128 == 0 && c.tokens > cuda::kMoeGemvMaxTokens && cuda::runs_sm90a(0);
+}
+
 void check_fp8_experts(const ExpertsCase& c, WeightBlock block, DType dtype, std::mt19937& rng) {
   SCOPED_TRACE(fmt::format("{} {} in {} x {} blocks", c.name, dtype_name(dtype), block.n, block.k));
   const int64_t t = c.tokens, h = c.hidden, e = c.experts, k = c.top_k;
@@ -581,7 +644,18 @@ void check_fp8_experts(const ExpertsCase& c, WeightBlock block, DType dtype, std
   }
   const Tensor weights_gpu = to_device(weights), ids_gpu = to_device(ids);
   const Tensor shared_gpu = to_device(shared_out), router_gpu = to_device(router_out);
+  const bool w8a8 = dtype == DType::kBF16 && block == WeightBlock{128, 128} && h % 128 == 0 &&
+                    c.inter % 128 == 0 && cuda::runs_sm90a(0);
+  Tensor ref_w8a8;
+  if (w8a8) {
+    ref_w8a8 = w8a8_reference(x.input_f32(), w, weights, ids);
+    if (c.shared) {
+      ASSERT_OK(cpu::add_sigmoid_gated(ref_w8a8, to_f32(shared_out),
+                                       router_out.slice(1, e, e + 1).clone()));
+    }
+  }
   std::vector<cuda::MoePath> paths = {cuda::MoePath::kGatherGemv, cuda::MoePath::kAuto};
+  if (w8a8) paths.push_back(cuda::MoePath::kGroupedGemmW8A8);
   if (dtype == DType::kBF16 && h % 16 == 0 && c.inter % 16 == 0 && block.k % 16 == 0 &&
       c.x_layout.offset % 8 == 0 && c.x_layout.pad % 8 == 0) {
     paths.push_back(cuda::MoePath::kGroupedGemm);
@@ -610,7 +684,13 @@ void check_fp8_experts(const ExpertsCase& c, WeightBlock block, DType dtype, std
         Tensor::try_empty({static_cast<int64_t>(*bytes)}, DType::kU8, Device::cuda()).value();
     ASSERT_EQ(cudaMemset(scratch.data_ptr(), 0x7F, *bytes), cudaSuccess);
     ASSERT_OK(cuda::moe_experts(x.view, weights_gpu, ids_gpu, args, scratch, out.view, kStream));
-    EXPECT_TRUE(relative_l2(out.result_f32(), ref, tolerance(dtype)));
+    const bool as_w8a8 = path == cuda::MoePath::kGroupedGemmW8A8 ||
+                         (path == cuda::MoePath::kAuto && auto_runs_w8a8(c, block, dtype));
+    EXPECT_TRUE(relative_l2(out.result_f32(), as_w8a8 ? ref_w8a8 : ref, tolerance(dtype)));
+    if (as_w8a8) {
+      // W8A8 is not W8A16: the activations' e4m3 rounding moves the result by a few percent.
+      EXPECT_FALSE(relative_l2(out.result_f32(), ref, 1e-3));
+    }
     EXPECT_TRUE(out.outside_untouched());
   }
 }
@@ -627,6 +707,8 @@ TEST_F(MoeCuda, Fp8ExpertsMatchCpuOnModelShapes) {
       {"35B-A3B shapes, one expert in all 40 tokens", 40, kH35, kI35, 64, 8, Dist::kOneExpertAll},
       {"122B-A10B shapes, 2 tokens", 2, 3072, 1024, 16, 8},
       {"122B-A10B shapes, 40 tokens", 40, 3072, 1024, 16, 8},
+      {"122B-A10B shapes, 300 tokens", 300, 3072, 1024, 16, 8},
+      {"35B-A3B shapes, 300 tokens on 9 experts", 300, kH35, kI35, 64, 8, Dist::kFewExperts},
   };
   for (const ExpertsCase& c : cases) check_fp8_experts(c, {128, 128}, DType::kBF16, rng_);
 }

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/fp8_quant.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/moe_plan.cuh"
 #include "backend/cuda/runtime.h"
@@ -427,6 +428,8 @@ size_t round_up(size_t v, size_t a) {
 struct ScratchLayout {
   size_t offsets = 0, sorted_pairs = 0, pair_row = 0, active = 0, num_active = 0;
   size_t tile_expert = 0, block_counts = 0, act = 0, y = 0, bytes = 0;
+  // W8A8: x and act quantized, with their per-group scales.
+  size_t x_q = 0, x_scales = 0, act_q = 0, act_scales = 0;
   int plan_blocks = 0;  // blocks of the multi-block grouping; 0: one block
   int64_t capacity = 0, max_tiles = 0;
   int max_active = 0;
@@ -434,7 +437,7 @@ struct ScratchLayout {
 };
 
 ScratchLayout scratch_layout(int64_t tokens, int64_t top_k, int64_t experts, int64_t hidden,
-                             int64_t inter, DType dtype, int row_align) {
+                             int64_t inter, DType dtype, int row_align, bool w8a8) {
   ScratchLayout l;
   l.row_align = row_align;
   const int64_t pairs = tokens * top_k;
@@ -462,6 +465,12 @@ ScratchLayout scratch_layout(int64_t tokens, int64_t top_k, int64_t experts, int
   }
   l.act = take(capacity * inter * esize);
   l.y = take(capacity * hidden * esize);
+  if (w8a8) {
+    l.x_q = take(tokens * hidden);
+    l.x_scales = take(hidden / 128 * tokens * 4);
+    l.act_q = take(capacity * inter);
+    l.act_scales = take(inter / 128 * capacity * 4);
+  }
   l.bytes = at;
   return l;
 }
@@ -471,6 +480,7 @@ struct Dims {
   int64_t tokens = 0, hidden = 0, experts = 0, inter = 0, top_k = 0;
   bool fp8 = false;  // F8_E4M3 experts with block scales
   int64_t gate_up_block_k = 0, down_block_k = 0;
+  bool w8a8_ok = false;  // the W8A8 grouped GEMM takes these experts (kGroupedGemmW8A8)
 };
 
 // An FP8 expert stack's scales: F32 [E, ceil(rows / n), ceil(cols / k)], contiguous, on x's
@@ -550,6 +560,10 @@ Expected<Dims> check_dims(std::string_view op, const Tensor& x, const Tensor& to
         check_fp8_scales(op, "down", args.down, args.down_scale_inv, args.down_block, x));
     d.gate_up_block_k = args.gate_up_block.k;
     d.down_block_k = args.down_block.k;
+    const WeightBlock k128{128, 128};
+    d.w8a8_ok = x.dtype() == DType::kBF16 && args.gate_up_block == k128 &&
+                args.down_block == k128 && d.hidden % 128 == 0 && d.inter % 128 == 0 &&
+                detail::wgmma_grouped_gemm_available();
   } else if (args.gate_up_scale_inv.defined() || args.down_scale_inv.defined()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "{}: FP8 scales were given for {} experts; only F8_E4M3 weights take them",
@@ -601,9 +615,24 @@ Expected<PathChoice> choose_path(std::string_view op, const Dims& d, DType dtype
     } else {
       // FP8 experts: the gather GEMV at every size for now; their grouped GEMM runs only when
       // asked for (MoePath::kGroupedGemm), its speed against the gather GEMV not yet measured.
-      c.path = d.tokens > kMoeGemvMaxTokens && grouped_ok && !d.fp8 ? MoePath::kGroupedGemm
-                                                                    : MoePath::kGatherGemv;
+      if (d.tokens > kMoeGemvMaxTokens && d.w8a8_ok) {
+        c.path = MoePath::kGroupedGemmW8A8;
+      } else {
+        c.path = d.tokens > kMoeGemvMaxTokens && grouped_ok && !d.fp8 ? MoePath::kGroupedGemm
+                                                                      : MoePath::kGatherGemv;
+      }
     }
+  }
+  if (c.path == MoePath::kGroupedGemmW8A8) {
+    if (!d.w8a8_ok) {
+      return make_error(ErrorCode::kUnsupported,
+                        "{}: the W8A8 grouped GEMM needs BF16 activations, FP8 experts in 128 x "
+                        "128 blocks, hidden and intermediate sizes multiples of 128 (got {}, {}, "
+                        "{}) and compute capability 9.0",
+                        op, dtype_name(dtype), d.hidden, d.inter);
+    }
+    c.tile_rows = 128;
+    return c;
   }
   if (c.path == MoePath::kPairGemv && !pair_shapes_ok(d, dtype)) {
     return make_error(ErrorCode::kUnsupported,
@@ -662,6 +691,64 @@ Expected<Rows> check_rows_like_x(std::string_view op, std::string_view arg, cons
                       t.to_string(), d.tokens, d.hidden);
   }
   return detail::as_rows(op, arg, t);
+}
+
+// The W8A8 grouped GEMM: x quantized per token group, gate/up into act (BF16), act quantized,
+// down into y.
+Status launch_w8a8(const MoeProblem& pr, const MoePlan& plan, const MoeExpertsArgs& args,
+                   char* base, const ScratchLayout& l, cudaStream_t stream) {
+  auto* x_q = reinterpret_cast<uint8_t*>(base + l.x_q);
+  auto* x_scales = reinterpret_cast<float*>(base + l.x_scales);
+  auto* act_q = reinterpret_cast<uint8_t*>(base + l.act_q);
+  auto* act_scales = reinterpret_cast<float*>(base + l.act_scales);
+  detail::Fp8QuantizeProblem q;
+  q.x_dtype = DType::kBF16;
+  q.x = pr.x;
+  q.ldx = pr.ldx;
+  q.q = x_q;
+  q.scales = x_scales;
+  q.m = pr.tokens;
+  q.k = pr.hidden;
+  VLLM_RETURN_IF_ERROR(detail::launch_fp8_quantize_token_groups(q, stream));
+
+  detail::Fp8GroupedGemmParams p{};
+  p.sorted_pairs = plan.sorted_pairs;
+  p.tile_expert = plan.tile_expert;
+  p.top_k = plan.top_k;
+  p.weight = static_cast<const uint8_t*>(pr.gate_up);
+  p.expert_stride = 2 * pr.inter * pr.hidden;
+  p.w_scales = fp8_scales_of(args.gate_up_scale_inv, args.gate_up_block);
+  p.input = x_q;
+  p.ld_input = pr.hidden;
+  p.input_scales = x_scales;
+  p.scale_stride = pr.tokens;
+  p.output = static_cast<__nv_bfloat16*>(pr.act);
+  p.ld_output = pr.inter;
+  p.n_out = static_cast<int>(pr.inter);
+  p.k = static_cast<int>(pr.hidden);
+  VLLM_RETURN_IF_ERROR(
+      detail::launch_moe_grouped_gemm_wgmma_fp8(p, /*gate_up=*/true, plan.max_tiles, stream));
+
+  q.x = pr.act;
+  q.ldx = pr.inter;
+  q.q = act_q;
+  q.scales = act_scales;
+  q.m = plan.capacity;
+  q.k = pr.inter;
+  VLLM_RETURN_IF_ERROR(detail::launch_fp8_quantize_token_groups(q, stream));
+
+  p.weight = static_cast<const uint8_t*>(pr.down);
+  p.expert_stride = pr.hidden * pr.inter;
+  p.w_scales = fp8_scales_of(args.down_scale_inv, args.down_block);
+  p.input = act_q;
+  p.ld_input = pr.inter;
+  p.input_scales = act_scales;
+  p.scale_stride = plan.capacity;
+  p.output = static_cast<__nv_bfloat16*>(pr.y);
+  p.ld_output = pr.hidden;
+  p.n_out = static_cast<int>(pr.hidden);
+  p.k = static_cast<int>(pr.inter);
+  return detail::launch_moe_grouped_gemm_wgmma_fp8(p, /*gate_up=*/false, plan.max_tiles, stream);
 }
 
 }  // namespace
@@ -737,7 +824,8 @@ Expected<size_t> moe_experts_scratch_bytes(const Tensor& x, const Tensor& topk_i
   constexpr std::string_view kOp = "cuda::moe_experts";
   VLLM_ASSIGN_OR_RETURN(Dims d, check_dims(kOp, x, topk_ids, args));
   VLLM_ASSIGN_OR_RETURN(PathChoice c, choose_path(kOp, d, x.dtype(), args.path));
-  return scratch_layout(d.tokens, d.top_k, d.experts, d.hidden, d.inter, x.dtype(), c.tile_rows)
+  return scratch_layout(d.tokens, d.top_k, d.experts, d.hidden, d.inter, x.dtype(), c.tile_rows,
+                        c.path == MoePath::kGroupedGemmW8A8)
       .bytes;
 }
 
@@ -792,8 +880,9 @@ Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& to
     }
     choice = PathChoice{};  // the GEMV takes anything, with less scratch
   }
-  const ScratchLayout layout =
-      scratch_layout(d.tokens, d.top_k, d.experts, d.hidden, d.inter, x.dtype(), choice.tile_rows);
+  const bool w8a8 = choice.path == MoePath::kGroupedGemmW8A8;
+  const ScratchLayout layout = scratch_layout(d.tokens, d.top_k, d.experts, d.hidden, d.inter,
+                                              x.dtype(), choice.tile_rows, w8a8);
   if (scratch.nbytes() < layout.bytes || !detail::is_aligned(scratch.data_ptr(), kScratchAlign)) {
     return make_error(ErrorCode::kInvalidArgument,
                       "{}: scratch {} is smaller than the {} bytes this call needs, or not "
@@ -853,7 +942,9 @@ Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& to
     launch_pdl(moe_plan_scatter_kernel, blocks, kPlanThreads, 0, stream, ids, plan);
     VLLM_RETURN_IF_ERROR(check_launch("moe_plan_scatter_kernel"));
   }
-  if (choice.path == MoePath::kGroupedGemm) {
+  if (w8a8) {
+    VLLM_RETURN_IF_ERROR(launch_w8a8(problem, plan, args, base, layout, stream));
+  } else if (choice.path == MoePath::kGroupedGemm) {
     VLLM_RETURN_IF_ERROR(detail::launch_moe_grouped_gemm(problem, plan, choice.tile_rows, stream));
   } else {
     VLLM_RETURN_IF_ERROR(detail::launch_moe_gemv(problem, plan, stream));

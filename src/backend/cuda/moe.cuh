@@ -69,12 +69,15 @@ Status moe_route(const Tensor& router_logits, int64_t top_k, bool renormalize, T
                  Tensor& topk_ids, cudaStream_t stream, bool shared_slot = false);
 
 enum class MoePath {
-  kAuto,         // by token count (kMoePairMaxTokens, kMoeGemvMaxTokens) and the shapes
-  kPairGemv,     // hidden * element size <= 48 KiB, T * k <= 65535
-  kGatherGemv,   // any dtype and shape
-  kGroupedGemm,  // BF16 activations, hidden and intermediate sizes multiples of 8 (16 with
-                 // FP8 experts, whose blocks' columns are then multiples of 16 too), 16-byte
-                 // aligned rows
+  kAuto,             // by token count (kMoePairMaxTokens, kMoeGemvMaxTokens) and the shapes
+  kPairGemv,         // hidden * element size <= 48 KiB, T * k <= 65535
+  kGatherGemv,       // any dtype and shape
+  kGroupedGemm,      // BF16 activations, hidden and intermediate sizes multiples of 8 (16 with
+                     // FP8 experts, whose blocks' columns are then multiples of 16 too), 16-byte
+                     // aligned rows
+  kGroupedGemmW8A8,  // FP8 experts in 128 x 128 blocks as W8A8 (moe_w8a8_fits): x and the SiLU
+                     // product quantized per token group of 128 (tensor/block_fp8.h), e4m3
+                     // tensor-core GEMMs with the block scales; compute capability 9.0
 };
 
 struct MoeExpertsArgs {

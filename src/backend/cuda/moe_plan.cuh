@@ -133,6 +133,29 @@ Status launch_moe_grouped_gemm_wgmma(const MoeProblem& problem, const MoePlan& p
 // Whether the current device runs sm_90a code (runs_sm90a, runtime.h).
 bool wgmma_grouped_gemm_available();
 
+// One projection of the W8A8 grouped GEMM (sm90a/moe_gemm_wgmma_fp8.cu): e4m3 activations
+// quantized per group of 128 (fp8_quant.cuh) times e4m3 expert weights in 128 x 128 blocks.
+// Gate/up reads x_q through sorted_pairs (row = token) and writes act; down reads act_q
+// (row = grouped row) and writes y; both outputs BF16, 128-row tiles.
+struct Fp8GroupedGemmParams {
+  const uint8_t* weight;  // [E, weight rows, k] e4m3
+  int64_t expert_stride;
+  MoeFp8Scales w_scales;  // 128 x 128 blocks
+  const uint8_t* input;   // e4m3 rows, ld_input apart
+  int64_t ld_input;
+  const float* input_scales;  // group g of input row r at g * scale_stride + r
+  int64_t scale_stride;
+  __nv_bfloat16* output;  // gate/up: act; down: y (row = grouped row)
+  int64_t ld_output;
+  const int32_t* sorted_pairs;
+  const int32_t* tile_expert;
+  int n_out;  // gate/up: I (2I weight rows); down: H; a multiple of 128
+  int k;      // a multiple of 128
+  int top_k;
+};
+Status launch_moe_grouped_gemm_wgmma_fp8(const Fp8GroupedGemmParams& p, bool gate_up, int64_t tiles,
+                                         cudaStream_t stream);
+
 // The per-pair path (moe_pair.cu): no grouping; gate/up per (token, slot) pair, then the
 // down product fused with the weighted combine (and the shared expert's gated add) into out.
 struct MoePairArgs {

@@ -1,0 +1,287 @@
+// The MoE grouped GEMM as W8A8 block FP8 on Hopper's warpgroup tensor cores (wgmma e4m3,
+// sm_90a): block-scaled FP8 experts (128 x 128 blocks) times activations quantized per token
+// group of 128 (fp8_quant.cuh), the form of vLLM's block-FP8 fused MoE. Same grouping
+// (moe_plan.cuh) and outputs as the BF16 kernel (act = SiLU(gate) * up rounded to BF16, y =
+// down act in BF16, padding rows zero).
+//
+// Tiles. A CTA computes 128 grouped rows (one expert's) x 128 weight rows. For gate/up these
+// are 64 gate rows and the matching 64 up rows (64 columns of act); for down, 128 consecutive
+// rows of down[e] (128 columns of y). Two warpgroups: warpgroup w takes grouped rows
+// 64w..64w+63 against all 128 weight rows (wgmma m64n128k32).
+//
+// Scales. A K tile is 128 values -- one 128-byte swizzled row, one activation group and one
+// weight block column -- so each tile's four k32 products go into a fresh set of accumulators
+// (the first with scale-d 0), and once they are done the set is added into the running sums
+// times (the row's activation scale) x (the weight block's scale), in f32: the promotion of
+// DeepSeek's and vLLM's block-FP8 GEMMs. The 64 gate rows and the 64 up rows of a gate/up tile
+// each sit inside one 128-row weight block (the tile starts on a multiple of 64, I is a
+// multiple of 128), so a tile needs two weight scales (down: one) and each thread two
+// activation scales (its two rows).
+//
+// Pipeline (all 256 threads copy, both warpgroups multiply). kStages stages of 128 x 128
+// e4m3 activations and weights (16 KB each), K-major with the 128-byte swizzle, filled by
+// 16-byte cp.async (zero-filled for padding rows and weight rows past the output). Iteration
+// kt: wait for tile kt's copies, fence, barrier; queue the four products; copy tile
+// kt + kStages - 1 into the stage of tile kt - 1 (every warpgroup finished it before this
+// iteration's barrier); wait for the products, promote. So kStages - 1 tiles load while one
+// multiplies.
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/moe_plan.cuh"
+#include "backend/cuda/runtime.h"
+#include "backend/cuda/wgmma.cuh"
+
+namespace vllm::cuda::detail {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kThreads = 256;  // two warpgroups
+constexpr int kRows = 128;     // grouped rows per CTA
+constexpr int kBN = 128;       // weight rows per CTA
+constexpr int kBK = 128;       // e4m3 per stage row: one swizzled 128-byte row, one scale group
+constexpr int kStages = 6;
+constexpr int kChunk = 16;                              // e4m3 per 16-byte copy
+constexpr int kChunksPerRow = kBK / kChunk;             // 8
+constexpr int kRowsPerPass = kThreads / kChunksPerRow;  // 32
+constexpr int kActCopies = kRows / kRowsPerPass;        // 4
+constexpr int kWeightCopies = kBN / kRowsPerPass;       // 4
+constexpr int kTileBytes = kRows * kBK;                 // 16 KB (both operands)
+constexpr int kStageBytes = 2 * kTileBytes;
+constexpr int kAcc = kBN / 2;  // f32 accumulators a thread (m64n128)
+constexpr int kOutPitch = kBN + 8;
+constexpr size_t kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack
+static_assert(kSmemBytes <= 227 * 1024);
+static_assert(kRows * kOutPitch * 2 <= kStages * kStageBytes);
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_pending() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ float silu(float v) {
+  return v / (1.0f + expf(-v));
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 1)
+    moe_grouped_gemm_wgmma_fp8_kernel(Fp8GroupedGemmParams p) {
+  pdl_wait();
+  pdl_launch_next();
+  const int tile = blockIdx.y;
+  const int e = p.tile_expert[tile];
+  if (e < 0) return;  // the whole CTA: past the batch's last tile
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int lane = tid % 32, warp_in_wg = (tid / 32) % 4;
+  const int64_t row0 = static_cast<int64_t>(tile) * kRows;
+  constexpr int kOutCols = kGateUp ? kBN / 2 : kBN;
+  const int col0 = blockIdx.x * kOutCols;
+
+  // Copies: thread (chunk, r0) takes chunk `chunk` of rows r0, r0 + 32, ... of both tiles.
+  const int chunk = tid % kChunksPerRow;
+  const int r0 = tid / kChunksPerRow;
+  const uint8_t* act_src[kActCopies];
+#pragma unroll
+  for (int j = 0; j < kActCopies; ++j) {
+    const int64_t row = row0 + r0 + j * kRowsPerPass;
+    const uint8_t* src = nullptr;  // null: a zero row
+    if constexpr (kGateUp) {
+      const int pair = p.sorted_pairs[row];
+      if (pair >= 0) src = p.input + static_cast<int64_t>(pair / p.top_k) * p.ld_input;
+    } else {
+      src = p.input + row * p.ld_input;
+    }
+    act_src[j] = src;
+  }
+  // Weight row r of the tile. Gate/up: rows 0..63 are gate rows col0.., 64..127 the matching
+  // up rows (so both halves of a SiLU product land in one thread's accumulators).
+  const uint8_t* w = p.weight + static_cast<int64_t>(e) * p.expert_stride;
+  const uint8_t* w_src[kWeightCopies];
+#pragma unroll
+  for (int j = 0; j < kWeightCopies; ++j) {
+    const int r = r0 + j * kRowsPerPass;
+    int wr = -1;
+    if constexpr (kGateUp) {
+      const int c = col0 + r % (kBN / 2);
+      if (c < p.n_out) wr = r < kBN / 2 ? c : p.n_out + c;
+    } else {
+      if (col0 + r < p.n_out) wr = col0 + r;
+    }
+    w_src[j] = wr >= 0 ? w + static_cast<int64_t>(wr) * p.k : nullptr;
+  }
+  const uint32_t dst0 = swizzle_128b_offset(r0, chunk);
+
+  auto load_stage = [&](int stage, int kt) {
+    unsigned char* a = smem + stage * kStageBytes;
+    unsigned char* b = a + kTileBytes;
+    const int kc = kt * kBK + chunk * kChunk;
+#pragma unroll
+    for (int j = 0; j < kActCopies; ++j) {
+      const bool valid = act_src[j] != nullptr;
+      cp_async_16(a + dst0 + j * kRowsPerPass * 128, valid ? act_src[j] + kc : p.weight,
+                  valid ? 16 : 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kWeightCopies; ++j) {
+      const bool valid = w_src[j] != nullptr;
+      cp_async_16(b + dst0 + j * kRowsPerPass * 128, valid ? w_src[j] + kc : p.weight,
+                  valid ? 16 : 0);
+    }
+  };
+
+  // This thread's accumulator rows (tile rows er and er + 8) and where their activation
+  // scales live: scale of row r at group g = input_scales[g * scale_stride + index(r)], index
+  // the token (gate/up) or the grouped row (down); -1 for padding rows (scale 0).
+  const int er = wg * 64 + warp_in_wg * 16 + lane / 4;
+  int64_t scale_index[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + er + 8 * h;
+    if constexpr (kGateUp) {
+      const int pair = p.sorted_pairs[row];
+      scale_index[h] = pair >= 0 ? pair / p.top_k : -1;
+    } else {
+      scale_index[h] = row;
+    }
+  }
+  // Weight block scales: gate/up rows (col0 / 128 and (I + col0) / 128), down rows col0 / 128.
+  const float* w_scales = p.w_scales.at + static_cast<int64_t>(e) * p.w_scales.expert_stride;
+  const float* w_scale_row0 = w_scales + static_cast<int64_t>(col0 / 128) * p.w_scales.cols_grid;
+  const float* w_scale_row1 =
+      kGateUp ? w_scales + static_cast<int64_t>((p.n_out + col0) / 128) * p.w_scales.cols_grid
+              : w_scale_row0;
+
+  float acc[kAcc], part[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+  const int a_offset = wg * (kTileBytes / 2);
+  const int k_tiles = p.k / kBK;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    // This tile's scales, loaded while the products run.
+    float sx[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sx[h] = scale_index[h] >= 0 ? p.input_scales[kt * p.scale_stride + scale_index[h]] : 0.0f;
+    }
+    const float sw0 = w_scale_row0[kt], sw1 = w_scale_row1[kt];
+
+    cp_async_wait_pending<kStages - 2>();  // tile kt has landed (this thread's copies)
+    fence_proxy_async_shared();            // ... and is visible to the tensor cores
+    __syncthreads();                       // ... for everyone's copies
+
+    const unsigned char* stage = smem + (kt % kStages) * kStageBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 32; ++kk) {
+      const uint64_t da = wgmma_desc_sw128(stage + a_offset + kk * 32);
+      const uint64_t db = wgmma_desc_sw128(stage + kTileBytes + kk * 32);
+      wgmma_m64k32_e4m3_ss(part, da, db, kk > 0);
+    }
+    wgmma_commit();
+
+    const int next = kt + kStages - 1;  // into the stage of tile kt - 1
+    if (next < k_tiles) load_stage(next % kStages, next);
+    cp_async_commit();  // possibly empty: keeps the group count in step with kt
+
+    wgmma_wait<0>();
+    wgmma_fence_registers(part);
+    // Columns 8i + 2(lane % 4) (+ 1): i < 8 gate rows (sw0), i >= 8 up rows (sw1) for gate/up.
+#pragma unroll
+    for (int i = 0; i < kAcc / 4; ++i) {
+      const float sw = (kGateUp && i >= kAcc / 8) ? sw1 : sw0;
+      const float s0 = sx[0] * sw, s1 = sx[1] * sw;
+      acc[4 * i + 0] += part[4 * i + 0] * s0;
+      acc[4 * i + 1] += part[4 * i + 1] * s0;
+      acc[4 * i + 2] += part[4 * i + 2] * s1;
+      acc[4 * i + 3] += part[4 * i + 3] * s1;
+    }
+  }
+  cp_async_wait_pending<0>();
+  __syncthreads();  // every warpgroup is done with the stages: reuse them for the epilogue
+
+  bf16* out_tile = reinterpret_cast<bf16*>(smem);
+  const int ec = 2 * (lane % 4);
+  constexpr int kBlocks = kBN / 8;  // 8-column accumulator blocks
+  if constexpr (kGateUp) {
+#pragma unroll
+    for (int i = 0; i < kBlocks / 2; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float* g = acc + 4 * i + 2 * h;
+        const float* u = acc + 4 * (i + kBlocks / 2) + 2 * h;
+        __nv_bfloat162 v;
+        v.x = __float2bfloat16_rn(silu(g[0]) * u[0]);
+        v.y = __float2bfloat16_rn(silu(g[1]) * u[1]);
+        *reinterpret_cast<__nv_bfloat162*>(out_tile + (er + 8 * h) * kOutPitch + 8 * i + ec) = v;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBlocks; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float* d = acc + 4 * i + 2 * h;
+        __nv_bfloat162 v;
+        v.x = __float2bfloat16_rn(d[0]);
+        v.y = __float2bfloat16_rn(d[1]);
+        *reinterpret_cast<__nv_bfloat162*>(out_tile + (er + 8 * h) * kOutPitch + 8 * i + ec) = v;
+      }
+    }
+  }
+  __syncthreads();
+
+  constexpr int kOutChunk = 8;  // bf16 per 16-byte store
+  constexpr int kOutChunksPerRow = kOutCols / kOutChunk;
+  for (int i = tid; i < kRows * kOutChunksPerRow; i += kThreads) {
+    const int r = i / kOutChunksPerRow, ch = i % kOutChunksPerRow;
+    const int col = col0 + ch * kOutChunk;
+    if (col >= p.n_out) continue;
+    *reinterpret_cast<uint4*>(p.output + (row0 + r) * p.ld_output + col) =
+        *reinterpret_cast<const uint4*>(out_tile + r * kOutPitch + ch * kOutChunk);
+  }
+}
+
+template <bool kGateUp>
+Status launch(const Fp8GroupedGemmParams& p, int64_t tiles, cudaStream_t stream) {
+  constexpr auto kernel = &moe_grouped_gemm_wgmma_fp8_kernel<kGateUp>;
+  VLLM_RETURN_IF_ERROR(opt_in_shared_memory<kernel>(
+      kSmemBytes,
+      "cudaFuncSetAttribute(moe_grouped_gemm_wgmma_fp8_kernel, MaxDynamicSharedMemorySize)"));
+  constexpr int kOutCols = kGateUp ? kBN / 2 : kBN;
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kOutCols)), static_cast<unsigned>(tiles));
+  launch_pdl(kernel, grid, kThreads, kSmemBytes, stream, p);
+  return check_launch(kGateUp ? "moe_grouped_gemm_wgmma_fp8_kernel (gate/up)"
+                              : "moe_grouped_gemm_wgmma_fp8_kernel (down)");
+}
+
+}  // namespace
+
+Status launch_moe_grouped_gemm_wgmma_fp8(const Fp8GroupedGemmParams& p, bool gate_up, int64_t tiles,
+                                         cudaStream_t stream) {
+  if (p.k % kBK != 0 || p.n_out % 128 != 0 || tiles > 65535) {
+    return make_error(ErrorCode::kInternal,
+                      "launch_moe_grouped_gemm_wgmma_fp8: K {} and outputs {} must be multiples "
+                      "of 128 ({} tiles)",
+                      p.k, p.n_out, tiles);
+  }
+  if (tiles == 0) return Status::ok();
+  return gate_up ? launch<true>(p, tiles, stream) : launch<false>(p, tiles, stream);
+}
+
+}  // namespace vllm::cuda::detail
