@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,9 @@ struct Flavour {
   const char* name;
   Family family;
 };
+void PrintTo(const Flavour& f, std::ostream* os) {
+  *os << f.name;
+}
 
 class MambaDtypeModelTest : public ::testing::TestWithParam<Flavour> {
  protected:
