@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/mamba_dtype.h"
+
 namespace vllm::cli {
 
 void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
@@ -54,6 +56,22 @@ void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
   cmd->add_option("--num-mamba-snapshots-override", flags->engine.num_mamba_snapshots_override,
                   "Hybrid models: number of GDN state snapshots, whatever the budget")
       ->check(CLI::NonNegativeNumber);
+  // vLLM's MambaDType choices; any other value is refused naming it and them.
+  const CLI::Validator mamba_dtype(
+      [](std::string& value) {
+        return parse_mamba_dtype("", value) ? std::string()
+                                            : "invalid choice '" + value + "' (choose from " +
+                                                  std::string(kMambaDTypeChoices) + ")";
+      },
+      "auto|float32|float16|bfloat16");
+  cmd->add_option("--mamba-cache-dtype", flags->mamba_cache_dtype,
+                  "Hybrid models: dtype of the GDN conv state, and of the recurrent state too "
+                  "unless --mamba-ssm-cache-dtype says otherwise (auto: the model dtype)")
+      ->check(mamba_dtype);
+  cmd->add_option("--mamba-ssm-cache-dtype", flags->mamba_ssm_cache_dtype,
+                  "Hybrid models: dtype of the GDN recurrent state (auto: config.json's "
+                  "mamba_ssm_dtype, else the conv state's dtype; bfloat16 halves its memory)")
+      ->check(mamba_dtype);
   engine::ParallelConfig& p = flags->parallel;
   cmd->add_option("--tensor-parallel-size", p.tensor_parallel_size,
                   "ranks to shard the model over (-tp; this process is rank 0 and starts the "

@@ -78,6 +78,8 @@ Expected<std::unique_ptr<WorkerGroup>> start_workers(const EngineArgs& args, Dev
   spec.max_model_len = args.max_model_len;
   spec.enable_expert_parallel = p.enable_expert_parallel;
   spec.quantization = args.quantization;
+  spec.mamba_cache_dtype = args.mamba_cache_dtype;
+  spec.mamba_ssm_cache_dtype = args.mamba_ssm_cache_dtype;
   return WorkerGroup::start(p, spec);
 }
 
@@ -88,6 +90,8 @@ Expected<LoadedEngine> build_engine(const EngineArgs& args) {
   load.max_model_len = args.max_model_len;
   load.load_format = args.load_format;
   load.quantization = args.quantization;
+  load.mamba_cache_dtype = args.mamba_cache_dtype;
+  load.mamba_ssm_cache_dtype = args.mamba_ssm_cache_dtype;
   VLLM_ASSIGN_OR_RETURN(auto placement, resolve_device(args.device, args.dtype));
   load.device = placement.first;
   load.dtype = placement.second;

@@ -31,6 +31,9 @@ struct EngineArgs {
   bool enable_prefix_caching = true;
   std::optional<int64_t> seed;  // engine seed (sampling without a per-request seed)
   ParallelConfig parallel;      // tensor parallelism (worker_group.h)
+  // vLLM's --mamba-cache-dtype / --mamba-ssm-cache-dtype: the GDN states' dtypes (LoadOptions).
+  std::string mamba_cache_dtype = "auto";
+  std::string mamba_ssm_cache_dtype = "auto";
 };
 
 struct LoadedEngine {

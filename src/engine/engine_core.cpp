@@ -10,6 +10,7 @@
 #include "base/profile.h"
 #include "engine/kv_cache_utils.h"
 #include "engine/memory_budget.h"
+#include "model/mamba_dtype.h"
 
 namespace vllm::engine {
 namespace {
@@ -117,6 +118,15 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(
         static_cast<int64_t>(snapshots.num_snapshots) * model->state_bytes_per_slot();
   }
   VLLM_ASSIGN_OR_RETURN(int32_t num_blocks, determine_num_gpu_blocks(spec, sizing));
+  if (hybrid) {
+    const int64_t state_bytes = model->state_bytes_per_slot();
+    VLLM_LOG_INFO(
+        "GDN state: conv {}, recurrent (ssm) {} (--mamba-cache-dtype, --mamba-ssm-cache-dtype); "
+        "{:.2f} MiB per request, {:.2f} GiB for {} running requests",
+        mamba_dtype_name(shapes.conv_state_dtype), mamba_dtype_name(shapes.ssm_state_dtype),
+        state_bytes / kMiB, static_cast<double>(state_bytes * sc.max_num_seqs) / (kMiB * 1024),
+        sc.max_num_seqs);
+  }
 
   core->kv_ = std::make_unique<KVCacheManager>(num_blocks, config.block_size, caching,
                                                sc.max_model_len, snapshots);

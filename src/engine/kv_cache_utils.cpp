@@ -99,14 +99,15 @@ Expected<int32_t> determine_num_gpu_blocks(const KVCacheSpec& spec,
   return num_blocks;
 }
 
-int64_t gdn_state_bytes_per_slot(const ModelConfig& c) {
+int64_t gdn_state_bytes_per_slot(const ModelConfig& c, DType conv_dtype, DType ssm_dtype) {
   const auto num_linear_layers = static_cast<int64_t>(
       std::count(c.layer_types.begin(), c.layer_types.end(), LayerType::kLinearAttention));
   const int64_t conv_dim = 2 * c.linear_num_key_heads * c.linear_key_head_dim +
                            c.linear_num_value_heads * c.linear_value_head_dim;
   const int64_t conv = conv_dim * std::max<int64_t>(c.linear_conv_kernel_dim - 1, 0);
   const int64_t ssm = c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
-  return num_linear_layers * (conv + ssm) * static_cast<int64_t>(sizeof(float));
+  return num_linear_layers * (conv * static_cast<int64_t>(dtype_size(conv_dtype)) +
+                              ssm * static_cast<int64_t>(dtype_size(ssm_dtype)));
 }
 
 int64_t kv_cache_size_tokens(int32_t num_gpu_blocks, int32_t block_size) {

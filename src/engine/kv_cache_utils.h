@@ -21,6 +21,7 @@
 
 #include "base/status.h"
 #include "loader/hf_config.h"
+#include "tensor/dtype.h"
 
 namespace vllm::engine {
 
@@ -51,9 +52,11 @@ Expected<int32_t> determine_num_gpu_blocks(const KVCacheSpec& spec,
                                            const KVCacheSizingConfig& config);
 
 // Hybrid models: bytes of one GDN state slot across all linear-attention layers (conv
-// [conv_dim, K - 1] + ssm [Hv, Dk, Dv], f32), i.e. of one running request's state or of one
-// prefix-cache state snapshot. 0 for models without GDN layers.
-int64_t gdn_state_bytes_per_slot(const ModelConfig& config);
+// [conv_dim, K - 1] in conv_dtype + ssm [Hv, Dk, Dv] in ssm_dtype; one rank), i.e. of one
+// running request's state or of one prefix-cache state snapshot. 0 for models without GDN
+// layers. Model::state_bytes_per_slot gives the same for a loaded model (its shard, its dtypes).
+int64_t gdn_state_bytes_per_slot(const ModelConfig& config, DType conv_dtype = DType::kF32,
+                                 DType ssm_dtype = DType::kF32);
 
 // "GPU KV cache size: 12,336 tokens"-style figures, for the startup log and tests.
 int64_t kv_cache_size_tokens(int32_t num_gpu_blocks, int32_t block_size);

@@ -199,7 +199,9 @@ Expected<std::unique_ptr<WorkerGroup>> WorkerGroup::start(const ParallelConfig& 
                                  {"dtype", load.dtype},
                                  {"max_model_len", load.max_model_len},
                                  {"enable_expert_parallel", load.enable_expert_parallel},
-                                 {"quantization", load.quantization}};
+                                 {"quantization", load.quantization},
+                                 {"mamba_cache_dtype", load.mamba_cache_dtype},
+                                 {"mamba_ssm_cache_dtype", load.mamba_ssm_cache_dtype}};
     VLLM_RETURN_IF_ERROR(w.socket.send_frame(spec.dump()));
   }
   if (channel == "tcp") {

@@ -54,6 +54,8 @@ struct WorkerLoadSpec {
   std::string dtype = "auto";
   int64_t max_model_len = 0;
   bool enable_expert_parallel = false;
+  std::string mamba_cache_dtype = "auto";  // vLLM's --mamba-cache-dtype
+  std::string mamba_ssm_cache_dtype = "auto";
 };
 
 class WorkerGroup {

@@ -226,6 +226,7 @@ Status parse_text_fields(const JsonFields& f, bool hybrid, ModelConfig* c) {
   VLLM_RETURN_IF_ERROR(f.read("linear_key_head_dim", &c->linear_key_head_dim));
   VLLM_RETURN_IF_ERROR(f.read("linear_value_head_dim", &c->linear_value_head_dim));
   VLLM_RETURN_IF_ERROR(f.read("linear_conv_kernel_dim", &c->linear_conv_kernel_dim));
+  VLLM_RETURN_IF_ERROR(f.read("mamba_ssm_dtype", &c->mamba_ssm_dtype));
 
   VLLM_RETURN_IF_ERROR(f.read("num_experts", &c->num_experts));
   VLLM_RETURN_IF_ERROR(f.read("num_experts_per_tok", &c->num_experts_per_tok));

@@ -81,6 +81,9 @@ struct ModelConfig {
   int64_t linear_key_head_dim = 0;
   int64_t linear_value_head_dim = 0;
   int64_t linear_conv_kernel_dim = 0;
+  // The recurrent state's dtype the checkpoint asks for (Qwen3.5: "float32"); empty when
+  // absent. model/mamba_dtype.h says how it and vLLM's flags choose the state dtypes.
+  std::string mamba_ssm_dtype;
 
   // Mixture of experts (0 experts: dense MLP).
   int64_t num_experts = 0;

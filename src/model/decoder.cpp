@@ -57,33 +57,31 @@ Expected<ModelCache> allocate_cache(const ExecContext& ctx, const CacheConfig& c
     // One mapping for every layer's state, so that it is large enough for huge pages
     // (cache_memory.h): one layer's state of a few slots is smaller than 2 MiB, and resetting
     // a slot in 4 KiB pages took the demo model's 8-request prefill 10 ms of page faults.
-    auto bytes_of = [](const Shape& shape) {
-      int64_t n = 4;  // f32
+    auto bytes_of = [](const Shape& shape, DType dtype) {
+      auto n = static_cast<int64_t>(dtype_size(dtype));
       for (int64_t d : shape) n *= d;
       return (n + 255) / 256 * 256;
     };
-    const int64_t conv_bytes = bytes_of(conv_shape), ssm_bytes = bytes_of(ssm_shape);
+    const int64_t conv_bytes = bytes_of(conv_shape, s.conv_state_dtype);
+    const int64_t ssm_bytes = bytes_of(ssm_shape, s.ssm_state_dtype);
     auto states =
         cpu::zeroed_storage(static_cast<size_t>((conv_bytes + ssm_bytes) * s.num_linear_layers));
     if (!states) return states.status().with_context("allocating the GDN state");
     char* at = static_cast<char*>((*states)->data());
     for (int64_t i = 0; i < s.num_linear_layers; ++i) {
       cache.conv_state.push_back(
-          Tensor::borrow(at, conv_shape, DType::kF32, Device::cpu(), *states));
+          Tensor::borrow(at, conv_shape, s.conv_state_dtype, Device::cpu(), *states));
       cache.ssm_state.push_back(
-          Tensor::borrow(at + conv_bytes, ssm_shape, DType::kF32, Device::cpu(), *states));
+          Tensor::borrow(at + conv_bytes, ssm_shape, s.ssm_state_dtype, Device::cpu(), *states));
       at += conv_bytes + ssm_bytes;
     }
     return cache;
   }
   for (int64_t i = 0; i < s.num_linear_layers; ++i) {
     VLLM_ASSIGN_OR_RETURN(Tensor conv,
-                          zeroed(ctx, {config.num_state_slots, s.conv_dim, s.conv_kernel - 1},
-                                 DType::kF32, "GDN conv state"));
-    VLLM_ASSIGN_OR_RETURN(
-        Tensor ssm,
-        zeroed(ctx, {config.num_state_slots, s.num_value_heads, s.key_head_dim, s.value_head_dim},
-               DType::kF32, "GDN recurrent state"));
+                          zeroed(ctx, conv_shape, s.conv_state_dtype, "GDN conv state"));
+    VLLM_ASSIGN_OR_RETURN(Tensor ssm,
+                          zeroed(ctx, ssm_shape, s.ssm_state_dtype, "GDN recurrent state"));
     cache.conv_state.push_back(std::move(conv));
     cache.ssm_state.push_back(std::move(ssm));
   }

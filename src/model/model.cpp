@@ -27,9 +27,11 @@ Expected<ModelCache> Model::create_cache(const CacheConfig& config) const {
 int64_t Model::state_bytes_per_slot() const {
   const CacheShapes s = cache_shapes();
   if (s.num_linear_layers == 0) return 0;
-  const int64_t conv = s.conv_dim * (s.conv_kernel - 1);
-  const int64_t ssm = s.num_value_heads * s.key_head_dim * s.value_head_dim;
-  return s.num_linear_layers * (conv + ssm) * static_cast<int64_t>(sizeof(float));
+  const int64_t conv =
+      s.conv_dim * (s.conv_kernel - 1) * static_cast<int64_t>(dtype_size(s.conv_state_dtype));
+  const int64_t ssm = s.num_value_heads * s.key_head_dim * s.value_head_dim *
+                      static_cast<int64_t>(dtype_size(s.ssm_state_dtype));
+  return s.num_linear_layers * (conv + ssm);
 }
 
 }  // namespace vllm

@@ -24,21 +24,25 @@ struct CacheConfig {
 };
 
 // The shapes of a model's caches on its device: with tensor parallelism, this rank's shard
-// (its KV heads, its GDN heads and conv channels), not the config's totals.
+// (its KV heads, its GDN heads and conv channels), not the config's totals. The GDN states'
+// element types come from vLLM's --mamba-cache-dtype / --mamba-ssm-cache-dtype
+// (model/mamba_dtype.h).
 struct CacheShapes {
   int64_t num_attention_layers = 0;
   int64_t num_kv_heads = 0, head_dim = 0;
   int64_t num_linear_layers = 0;
   int64_t conv_dim = 0, conv_kernel = 0;
   int64_t num_value_heads = 0, key_head_dim = 0, value_head_dim = 0;
+  DType conv_state_dtype = DType::kF32, ssm_state_dtype = DType::kF32;
 };
 
 // Everything a model keeps between steps, on the model's device: per attention layer a KV
 // cache [num_blocks, 2, block_size, kv_heads, head_dim] in Model::kv_cache_dtype(); hybrid models
 // (Qwen3.5 / Qwen3-Next) keep it for their full-attention layers only, in layer order, and per
 // linear-attention (GDN) layer, in layer order, a conv and a recurrent state per state slot:
-//   conv_state F32 [num_state_slots, conv_dim, conv_kernel - 1] (the last inputs, oldest first)
-//   ssm_state  F32 [num_state_slots, value_heads, key_head_dim, value_head_dim]
+//   conv_state [num_state_slots, conv_dim, conv_kernel - 1] (the last inputs, oldest first)
+//   ssm_state  [num_state_slots, value_heads, key_head_dim, value_head_dim]
+// in CacheShapes::conv_state_dtype / ssm_state_dtype (F32, BF16 or F16).
 // A request's slot is ForwardBatch::state_indices[r]; see forward_batch.h for when it is reset.
 struct ModelCache {
   CacheConfig config;
@@ -67,6 +71,10 @@ struct LoadOptions {
   // vLLM's --enable-expert-parallel: with tensor parallelism, MoE layers place whole experts
   // per rank instead of splitting each expert (model/layers/moe.h).
   bool enable_expert_parallel = false;
+  // vLLM's --mamba-cache-dtype and --mamba-ssm-cache-dtype (auto | float32 | float16 |
+  // bfloat16): the GDN conv and recurrent states' dtypes (model/mamba_dtype.h).
+  std::string mamba_cache_dtype = "auto";
+  std::string mamba_ssm_cache_dtype = "auto";
 };
 
 class Model {
@@ -100,8 +108,8 @@ class Model {
   const ExecContext& context() const { return runtime_->context(); }
   // Element type of the KV cache (the activation dtype).
   DType kv_cache_dtype() const { return runtime_->context().act_dtype; }
-  // Bytes of GDN state one state slot holds across all layers (0 for attention-only models),
-  // on this rank.
+  // Bytes of GDN state one state slot holds across all layers, in the states' dtypes (0 for
+  // attention-only models), on this rank: one running request's state.
   int64_t state_bytes_per_slot() const;
 
  protected:

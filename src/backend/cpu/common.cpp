@@ -143,6 +143,27 @@ float load_f32(const void* src, DType dtype, int64_t index) {
   return 0.0f;
 }
 
+void encode_from_f32(const float* src, int64_t count, DType dtype, void* dst) {
+  if (count <= 0) return;
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
+      return;
+    case DType::kBF16: {
+      auto* bits = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) bits[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      auto* bits = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) bits[i] = f32_to_f16(src[i]);
+      return;
+    }
+    default:
+      VLLM_CHECK_MSG(false, "encode_from_f32 to {}", dtype_name(dtype));
+  }
+}
+
 int64_t grain_for(int64_t work_per_row, int64_t min_work) {
   return std::max<int64_t>(1, min_work / std::max<int64_t>(work_per_row, 1));
 }

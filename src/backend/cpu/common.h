@@ -65,6 +65,9 @@ Expected<Rows> as_rows(std::string_view op, std::string_view arg, const Tensor& 
 void decode_to_f32(const void* src, DType dtype, int64_t count, float* dst);
 // One element of a F32/BF16/F16 array.
 float load_f32(const void* src, DType dtype, int64_t index);
+// dst[i] = src[i] stored as F32/BF16/F16 (rounded to nearest, ties to even): how the GDN ops
+// write back state kept in a 16-bit dtype.
+void encode_from_f32(const float* src, int64_t count, DType dtype, void* dst);
 
 // Rows of work per parallel_for chunk so that each chunk costs at least ~`min_work` element
 // operations (small tensors run on the caller).

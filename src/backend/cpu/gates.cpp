@@ -9,7 +9,9 @@
 namespace vllm::cpu {
 namespace {
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
 
 }  // namespace
 
@@ -100,7 +102,8 @@ Status gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) {
 
 Status zero_slots(Tensor& state, const Tensor& slots) {
   constexpr std::string_view kOp = "zero_slots";
-  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "state", state, {DType::kF32}, -1));
+  VLLM_RETURN_IF_ERROR(
+      detail::check_tensor(kOp, "state", state, {DType::kF32, DType::kBF16, DType::kF16}, -1));
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "state", state));
   VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "slots", slots, {DType::kI32}, 1));
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "slots", slots));
@@ -108,7 +111,8 @@ Status zero_slots(Tensor& state, const Tensor& slots) {
     return make_error(ErrorCode::kInvalidArgument, "zero_slots: state is a scalar");
   }
   const int64_t num_slots = state.size(0);
-  const int64_t per_slot = num_slots > 0 ? state.numel() / num_slots : 0;
+  // Zero is all-zero bits in every allowed dtype.
+  const size_t slot_bytes = num_slots > 0 ? state.nbytes() / static_cast<size_t>(num_slots) : 0;
   const int32_t* s = slots.data<int32_t>();
   for (int64_t i = 0; i < slots.size(0); ++i) {
     if (s[i] < 0) continue;
@@ -116,7 +120,8 @@ Status zero_slots(Tensor& state, const Tensor& slots) {
       return make_error(ErrorCode::kOutOfRange, "zero_slots: slots[{}] = {} outside {} slots", i,
                         s[i], num_slots);
     }
-    std::fill_n(state.data<float>() + s[i] * per_slot, per_slot, 0.0f);
+    std::memset(static_cast<char*>(state.data_ptr()) + static_cast<size_t>(s[i]) * slot_bytes, 0,
+                slot_bytes);
   }
   return Status::ok();
 }

@@ -26,7 +26,7 @@ Status add_sigmoid_gated(Tensor& out, const Tensor& x, const Tensor& gate);
 Status gather_rows(const Tensor& x, const Tensor& rows, Tensor& out);
 
 // Zeroes state[s, ...] for every non-negative s in slots (I32 [N]; s < num_slots).
-// state F32 [num_slots, ...] contiguous.
+// state F32/BF16/F16 [num_slots, ...] contiguous.
 Status zero_slots(Tensor& state, const Tensor& slots);
 
 }  // namespace vllm::cpu

@@ -99,7 +99,8 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     VLLM_RETURN_IF_ERROR(detail::check_shape(kOp, "bias", bias, {channels}, "(channels of x)"));
   }
   const int64_t hist = width - 1;
-  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "conv_state", conv_state, {DType::kF32}, 3));
+  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "conv_state", conv_state,
+                                            {DType::kF32, DType::kBF16, DType::kF16}, 3));
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "conv_state", conv_state));
   const int64_t num_slots = conv_state.size(0);
   VLLM_RETURN_IF_ERROR(detail::check_shape(kOp, "conv_state", conv_state,
@@ -125,7 +126,10 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   const int64_t num_requests = static_cast<int64_t>(batch.state_indices.size());
   constexpr int64_t kBlock = 64;  // channels per work item
   const int64_t blocks = (channels + kBlock - 1) / kBlock;
-  float* state_base = conv_state.numel() == 0 ? nullptr : conv_state.data<float>();
+  // The state in its storage dtype: read into f32, rounded once when written back.
+  const DType state_dtype = conv_state.dtype();
+  auto* state_base = static_cast<char*>(conv_state.numel() == 0 ? nullptr : conv_state.data_ptr());
+  const int64_t state_elem = static_cast<int64_t>(conv_state.element_size());
   // A decode step's conv is a few thousand multiply-adds: run it on the caller.
   const int64_t per_request = std::max<int64_t>(1, tokens / std::max<int64_t>(num_requests, 1));
   const int64_t grain = detail::grain_for(kBlock * width * per_request);
@@ -145,10 +149,12 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
       const int64_t c0 = (item % blocks) * kBlock, n = std::min(channels, c0 + kBlock) - c0;
       const int64_t t0 = batch.query_start_loc[r], t1 = batch.query_start_loc[r + 1];
       if (t0 == t1) continue;
-      float* state = state_base + batch.state_indices[r] * channels * hist;
+      char* state = state_base + batch.state_indices[r] * channels * hist * state_elem;
       // win[j * kBlock + i]: channel c0 + i's input j steps after the oldest tap.
       for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < hist; ++j) win[j * kBlock + i] = state[(c0 + i) * hist + j];
+        for (int64_t j = 0; j < hist; ++j) {
+          win[j * kBlock + i] = detail::load_f32(state, state_dtype, (c0 + i) * hist + j);
+        }
       }
       const float* bc = b + c0;
       for (int64_t t = t0; t < t1; ++t) {
@@ -173,7 +179,10 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
         }
       }
       for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < hist; ++j) state[(c0 + i) * hist + j] = win[j * kBlock + i];
+        for (int64_t j = 0; j < hist; ++j) {
+          detail::encode_from_f32(&win[j * kBlock + i], 1, state_dtype,
+                                  state + ((c0 + i) * hist + j) * state_elem);
+        }
       }
     }
   });

@@ -8,6 +8,12 @@
 // find its slot zeroed (the model zeroes it; see forward_batch.h). Slots of one batch must be
 // distinct.
 //
+// State dtype. The conv and recurrent states may be kept in F32, BF16 or F16 (vLLM's
+// --mamba-cache-dtype / --mamba-ssm-cache-dtype); the arithmetic is f32 whatever they are. An
+// op reads a request's slot into f32 once, runs all of the request's rows of the call in
+// f32, and rounds the new state (to nearest, ties to even) once when it stores it: a 16-bit
+// state is rounded once per call and request, never per token.
+//
 // Numerics follow transformers' float32 torch fallbacks (modeling_qwen3_5.py): the
 // gated delta rule here is the token-by-token recurrence (torch_recurrent_gated_delta_rule);
 // transformers runs the chunked form (torch_chunk_gated_delta_rule) on prefill, which is the
@@ -34,7 +40,8 @@ struct GdnBatch {
 // where in[] is the request's past K-1 inputs (conv_state, oldest first) followed by its rows
 // of x. Afterwards the slot holds the last K-1 inputs of [state, x].
 // x F32 [T, C] (rows may be strided, e.g. a column slice); weight F32/BF16/F16 [C, K];
-// bias [C] or undefined; conv_state F32 [num_slots, C, K - 1]; out F32 [T, C] (may alias x).
+// bias [C] or undefined; conv_state F32/BF16/F16 [num_slots, C, K - 1]; out F32 [T, C] (may
+// alias x).
 Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                      const GdnBatch& batch, Tensor& conv_state, Tensor& out);
 
@@ -59,7 +66,7 @@ struct GatedDeltaRuleParams {
 //   S <- S + k_t (beta[t, h] * (v_t - S^T k_t))^T
 //   out[t, h] = S^T (scale * q_t)
 // q, k F32 [T, Hk * Dk]; v F32 [T, Hv * Dv] (rows may be strided: column slices of the conv
-// output); g, beta F32 [T, Hv]; state F32 [num_slots, Hv, Dk, Dv] (updated in place);
+// output); g, beta F32 [T, Hv]; state F32/BF16/F16 [num_slots, Hv, Dk, Dv] (updated in place);
 // out F32 [T, Hv * Dv]. Hk, Dk, Dv come from the shapes of state and q.
 Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, const GdnBatch& batch,

@@ -42,7 +42,8 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& beta, const GdnBatch& batch,
                         const GatedDeltaRuleParams& params, Tensor& state, Tensor& out) {
   constexpr std::string_view kOp = "gated_delta_rule";
-  VLLM_RETURN_IF_ERROR(detail::check_tensor(kOp, "state", state, {DType::kF32}, 4));
+  VLLM_RETURN_IF_ERROR(
+      detail::check_tensor(kOp, "state", state, {DType::kF32, DType::kBF16, DType::kF16}, 4));
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "state", state));
   const int64_t num_slots = state.size(0), hv = state.size(1), dk = state.size(2),
                 dv = state.size(3);
@@ -103,17 +104,29 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
   });
 
   const int64_t num_requests = static_cast<int64_t>(batch.state_indices.size());
-  float* state_base = state.data<float>();
+  // A 16-bit state is read into an f32 copy once per (request, head) and rounded back once
+  // after the request's rows (gdn.h); an f32 state is updated in place.
+  const DType state_dtype = state.dtype();
+  auto* state_base = static_cast<char*>(state.data_ptr());
+  const int64_t state_elem = static_cast<int64_t>(state.element_size());
   const CpuIsa isa = active_isa();
   parallel_for(0, num_requests * hv, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> mem, delta, o;
+    thread_local std::vector<float> mem, delta, o, wide;
     mem.resize(static_cast<size_t>(dv));
     delta.resize(mem.size());
     o.resize(mem.size());
+    if (state_dtype != DType::kF32) wide.resize(static_cast<size_t>(dk * dv));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t r = item / hv, h = item % hv, kh = h / group;
-      float* s = state_base + (batch.state_indices[r] * hv + h) * dk * dv;
-      for (int64_t t = batch.query_start_loc[r]; t < batch.query_start_loc[r + 1]; ++t) {
+      const int64_t t0 = batch.query_start_loc[r], t1 = batch.query_start_loc[r + 1];
+      if (t0 == t1) continue;
+      char* stored = state_base + (batch.state_indices[r] * hv + h) * dk * dv * state_elem;
+      float* s = reinterpret_cast<float*>(stored);
+      if (state_dtype != DType::kF32) {
+        s = wide.data();
+        detail::decode_to_f32(stored, state_dtype, dk * dv, s);
+      }
+      for (int64_t t = t0; t < t1; ++t) {
         const float* qt = qn_data + (t * hk + kh) * dk;
         const float* kt = kn_data + (t * hk + kh) * dk;
         const float* vt = v_rows.row<float>(t) + h * dv;
@@ -161,6 +174,7 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
         }
         std::copy(o.begin(), o.end(), out_rows.row<float>(t) + h * dv);
       }
+      if (state_dtype != DType::kF32) detail::encode_from_f32(s, dk * dv, state_dtype, stored);
     }
   });
   return Status::ok();

@@ -3,9 +3,10 @@
 // continue from per-request state slots.
 //
 // Request r owns rows [query_start_loc[r], query_start_loc[r + 1]) and state slot
-// state_indices[r]. The conv and recurrent states are F32; activations F32 or BF16; g and
-// beta F32. Each op reads the slot as left by the request's previous tokens and writes it
-// back, so a prefill in chunks equals one call. Slots of one batch are distinct.
+// state_indices[r]. The conv and recurrent states are F32, BF16 or F16 (each its own; read
+// into f32 once per call and request, rounded once when stored: gdn_state.cuh); activations
+// F32 or BF16; g and beta F32. Each op reads the slot as left by the request's previous tokens
+// and writes it back, so a prefill in chunks equals one call. Slots of one batch are distinct.
 //
 // The batch's values stay on the device and are not validated by the host. A request whose
 // slot is outside [0, num_slots) -- padding rows use -1 -- reads and writes no state and gets
@@ -32,7 +33,7 @@ struct GdnBatch {
 
 // Causal depthwise conv1d + SiLU continuing from conv_state (cpu::causal_conv1d).
 // x [T, C] (row stride allowed); weight F32/BF16 [C, K]; bias [C] or undefined;
-// conv_state F32 [num_slots, C, K - 1]; out [T, C] in x's dtype (may alias x).
+// conv_state F32/BF16/F16 [num_slots, C, K - 1]; out [T, C] in x's dtype (may alias x).
 Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                      const GdnBatch& batch, Tensor& conv_state, Tensor& out, cudaStream_t stream);
 
@@ -65,7 +66,7 @@ size_t gated_delta_rule_workspace_size(const Tensor& q, const Tensor& state, con
 // requests of chunked_min_rows rows or more, in chunks of 64 tokens on tensor cores (the same
 // function to BF16 rounding: its products round T, W, U, the state's copy and q, k, v to
 // BF16). q, k [T, Hk * Dk]; v [T, Hv * Dv] (row strides allowed); g, beta F32 [T, Hv];
-// state F32 [num_slots, Hv, Dk, Dv] updated in place; out [T, Hv * Dv] in q's dtype.
+// state F32/BF16/F16 [num_slots, Hv, Dk, Dv] updated in place; out [T, Hv * Dv] in q's dtype.
 // Dk is 1 .. 256 (larger is refused: the state column lives in registers), Dv any size.
 Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, const GdnBatch& batch,

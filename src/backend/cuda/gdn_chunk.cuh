@@ -49,9 +49,10 @@
 //               copy -> shared (the B operand of the next chunk's W S_0 and Q S_0)
 // Fragments are 32-bit shared-memory loads wherever the operand's layout allows (hence k^T next
 // to k); B operands that pair two rows (v in U~) take two 16-bit loads.
-// S stays f32 and is read once before the chunk loop and written once after it; the products
-// round their operands (T, W, U~, S_0, U, q, k, v) to BF16 and sum in f32, as FLA's kernels
-// do, so the output and the state agree with the f32 recurrence to BF16 tolerance.
+// S stays f32 and is read once before the chunk loop and written once after it (rounded then
+// to the state's storage type, gdn_state.cuh); the products round their operands (T, W, U~,
+// S_0, U, q, k, v) to BF16 and sum in f32, as FLA's kernels do, so the output and the state
+// agree with the f32 recurrence to BF16 tolerance.
 //
 // Key dims up to kChunkKeyDim (zero-padded to it; Qwen's 128), value dims any size (slices of
 // 64 columns, masked past Dv). The workspace holds, per chunk, the normalised q and k (and
@@ -65,6 +66,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn_batch.cuh"
+#include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/mma.cuh"
 
 namespace vllm::cuda::detail {
@@ -103,7 +105,8 @@ struct ChunkRuleParams {
   const float* g;          // [T, Hv]
   const float* beta;       // [T, Hv]
   __nv_bfloat16* out;      // [T, Hv * Dv]
-  float* state;            // [num_slots, Hv, Dk, Dv]
+  void* state;             // [num_slots, Hv, Dk, Dv] of state_type (gdn_state.cuh)
+  StateType state_type;
   GdnBatchView batch;
   ChunkWorkspace ws;
   int64_t q_stride, k_stride, v_stride, g_stride, beta_stride, out_stride;

@@ -10,6 +10,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn_batch.cuh"
 #include "backend/cuda/gdn_chunk.cuh"
+#include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/mma.cuh"
 
 namespace vllm::cuda::detail {
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kStateThreads, 1)
   // S^T rows n = 16 rw + g (+ 8) x key columns i = 64 ch + 8 it + 2 t4 (+ 1), accumulator
   // layout.
   float s_acc[8][4];
-  float* state = p.state + (static_cast<int64_t>(rows.slot) * p.value_heads + head) * p.dk * p.dv;
+  const int64_t state_base = (static_cast<int64_t>(rows.slot) * p.value_heads + head) * p.dk * p.dv;
   // Where s_acc[it][e] lives in the slot's [Dk, Dv] state, or -1 past Dk or Dv.
   auto state_at = [&](int it, int e) -> int64_t {
     const int n = col0 + 16 * rw + g + (e >= 2 ? 8 : 0);
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t at = state_at(it, e);
-      s_acc[it][e] = at >= 0 ? state[at] : 0.0f;
+      s_acc[it][e] = at >= 0 ? load_state(p.state, state_base + at, p.state_type) : 0.0f;
     }
   }
   // S^T's BF16 copy: st[n][i].
@@ -286,7 +287,7 @@ __global__ void __launch_bounds__(kStateThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t at = state_at(it, e);
-      if (at >= 0) state[at] = s_acc[it][e];
+      if (at >= 0) store_state(p.state, state_base + at, s_acc[it][e], p.state_type);
     }
   }
 }

@@ -33,6 +33,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_batch.cuh"
+#include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -59,11 +60,12 @@ constexpr int64_t kNarrowMaxRequests = 16;
 
 template <typename T>
 struct ConvParams {
-  const T* x;         // [T, channels], row stride x_stride
-  T* out;             // [T, channels], row stride out_stride
-  float* conv_state;  // [num_slots, channels, width - 1]
-  ParamVec weight;    // [channels, width]
-  ParamVec bias;      // [channels], or absent (reads as 0)
+  const T* x;        // [T, channels], row stride x_stride
+  T* out;            // [T, channels], row stride out_stride
+  void* conv_state;  // [num_slots, channels, width - 1] of state_type (gdn_state.cuh)
+  detail::StateType state_type;
+  ParamVec weight;  // [channels, width]
+  ParamVec bias;    // [channels], or absent (reads as 0)
   GdnBatchView batch;
   int64_t x_stride;
   int64_t out_stride;
@@ -185,7 +187,7 @@ __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<
   }
 
   // This thread's channels of the slot: [kVec, hist], oldest input first.
-  float* state = p.conv_state + (static_cast<int64_t>(rows.slot) * p.channels + c0) * hist;
+  const int64_t state_at = (static_cast<int64_t>(rows.slot) * p.channels + c0) * hist;
   const bool owns_state = begin == rows.begin;
   float win[kVec][kWindow];
 #pragma unroll
@@ -196,7 +198,9 @@ __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<
       for (int v = 0; v < kVec; ++v) win[v][i] = 0.0f;  // multiplied by a zero tap
     } else if (owns_state) {
 #pragma unroll
-      for (int v = 0; v < kVec; ++v) win[v][i] = state[v * hist + s];
+      for (int v = 0; v < kVec; ++v) {
+        win[v][i] = detail::load_state(p.conv_state, state_at + v * hist + s, p.state_type);
+      }
     } else {
       const TPack in = x_at(begin - kWindow + i);  // >= rows.begin: chunk >= 1
 #pragma unroll
@@ -234,11 +238,15 @@ __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<
     if (s < 0) continue;
     if (whole) {
 #pragma unroll
-      for (int v = 0; v < kVec; ++v) state[v * hist + s] = win[v][i];
+      for (int v = 0; v < kVec; ++v) {
+        detail::store_state(p.conv_state, state_at + v * hist + s, win[v][i], p.state_type);
+      }
     } else {
       const TPack in = x_at(rows.end - kWindow + i);
 #pragma unroll
-      for (int v = 0; v < kVec; ++v) state[v * hist + s] = to_float(in.v[v]);
+      for (int v = 0; v < kVec; ++v) {
+        detail::store_state(p.conv_state, state_at + v * hist + s, to_float(in.v[v]), p.state_type);
+      }
     }
   }
 }
@@ -316,7 +324,8 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         bias.to_string(), channels);
     }
   }
-  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "conv_state", conv_state, {DType::kF32}));
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "conv_state", conv_state,
+                                                 {DType::kF32, DType::kBF16, DType::kF16}));
   VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "conv_state", conv_state, x));
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "conv_state", conv_state));
   if (conv_state.ndim() != 3 || conv_state.size(1) != channels || conv_state.size(2) != width - 1) {
@@ -336,10 +345,11 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out_rows, out.element_size(), "x",
                                                 x_rows, x.element_size(), /*allow_same=*/true));
   VLLM_ASSIGN_OR_RETURN(detail::Rows state_rows, detail::as_rows(kOp, "conv_state", conv_state));
-  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "conv_state", state_rows, sizeof(float), "out",
-                                                out_rows, out.element_size()));
-  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "conv_state", state_rows, sizeof(float), "x",
-                                                x_rows, x.element_size()));
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "conv_state", state_rows,
+                                                conv_state.element_size(), "out", out_rows,
+                                                out.element_size()));
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(
+      kOp, "conv_state", state_rows, conv_state.element_size(), "x", x_rows, x.element_size()));
   VLLM_ASSIGN_OR_RETURN(detail::GdnBatchView view,
                         detail::check_gdn_batch(kOp, batch, x, tokens, conv_state.size(0)));
   if (channels > (int64_t{1} << 30)) {
@@ -352,7 +362,8 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   auto run = [&](auto type_tag) {
     using T = decltype(type_tag);
     ConvParams<T> p{};
-    p.conv_state = conv_state.data<float>();
+    p.conv_state = conv_state.data_ptr();
+    p.state_type = detail::state_type(conv_state.dtype());
     p.weight = detail::as_param(weight);
     p.bias = detail::as_param(bias);
     p.batch = view;

@@ -51,6 +51,7 @@
 #include "backend/cuda/gdn_chunk.cuh"
 #include "backend/cuda/gdn_chunk_prep.cuh"
 #include "backend/cuda/gdn_chunk_state.cuh"
+#include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -66,6 +67,9 @@ using detail::pdl_wait;
 using detail::from_float;
 using detail::GdnBatchView;
 using detail::kWarpSize;
+using detail::load_state;
+using detail::StateType;
+using detail::store_state;
 using detail::to_float;
 
 constexpr int kRowGroups = 4;                         // lanes per state column
@@ -90,7 +94,8 @@ struct RuleParams {
   const float* g;     // [T, Hv]
   const float* beta;  // [T, Hv]
   T* out;             // [T, Hv * Dv]
-  float* state;       // [num_slots, Hv, Dk, Dv]
+  void* state;        // [num_slots, Hv, Dk, Dv] of state_type
+  StateType state_type;
   GdnBatchView batch;
   int64_t q_stride, k_stride, v_stride, g_stride, beta_stride, out_stride;
   int value_heads;
@@ -162,15 +167,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   // (fewer than kRows, or none, when Dk < C); the other registers hold zeros.
   const int first_row = row_group * kRows;
   const int own_rows = col_ok ? min(max(p.dk - first_row, 0), kRows) : 0;
-  float* state =
-      p.state +
+  // Read once into f32 registers, rounded to the storage type once after the last row.
+  const int64_t state_at =
       ((static_cast<int64_t>(rows.slot) * p.value_heads + head) * p.dk + min(first_row, p.dk)) *
           p.dv +
       col;
   float s[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    s[i] = i < own_rows ? state[static_cast<int64_t>(i) * p.dv] : 0.0f;
+    s[i] = i < own_rows
+               ? load_state(p.state, state_at + static_cast<int64_t>(i) * p.dv, p.state_type)
+               : 0.0f;
   }
 
   const int64_t qk_col = static_cast<int64_t>(key_head) * p.dk;
@@ -281,7 +288,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
 
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    if (i < own_rows) state[static_cast<int64_t>(i) * p.dv] = s[i];
+    if (i < own_rows) {
+      store_state(p.state, state_at + static_cast<int64_t>(i) * p.dv, s[i], p.state_type);
+    }
   }
 }
 
@@ -409,7 +418,8 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
                         cudaStream_t stream) {
   constexpr std::string_view kOp = "cuda::gated_delta_rule";
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "q", q, {DType::kF32, DType::kBF16}));
-  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "state", state, {DType::kF32}));
+  VLLM_RETURN_IF_ERROR(
+      detail::check_cuda_tensor(kOp, "state", state, {DType::kF32, DType::kBF16, DType::kF16}));
   VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "state", state, q));
   VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "state", state));
   if (state.ndim() != 4) {
@@ -473,11 +483,11 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
     const size_t size = name == "g" || name == "beta" ? sizeof(float) : q.element_size();
     VLLM_RETURN_IF_ERROR(
         detail::check_no_overlap(kOp, "out", out_rows, out.element_size(), name, *rows, size));
-    VLLM_RETURN_IF_ERROR(
-        detail::check_no_overlap(kOp, "state", state_rows, sizeof(float), name, *rows, size));
+    VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "state", state_rows, state.element_size(),
+                                                  name, *rows, size));
   }
-  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "state", state_rows, sizeof(float), "out",
-                                                out_rows, out.element_size()));
+  VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "state", state_rows, state.element_size(),
+                                                "out", out_rows, out.element_size()));
   VLLM_ASSIGN_OR_RETURN(detail::GdnBatchView view,
                         detail::check_gdn_batch(kOp, batch, q, tokens, num_slots));
   if (hv > INT_MAX / 2 || dv > INT_MAX / 2) {
@@ -501,7 +511,8 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
     p.g = static_cast<const float*>(g_rows.data);
     p.beta = static_cast<const float*>(beta_rows.data);
     p.out = static_cast<T*>(out_rows.data);
-    p.state = state.data<float>();
+    p.state = state.data_ptr();
+    p.state_type = detail::state_type(state.dtype());
     p.batch = view;
     p.q_stride = q_rows.row_stride;
     p.k_stride = k_rows.row_stride;

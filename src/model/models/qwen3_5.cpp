@@ -31,6 +31,17 @@ Status HybridModel::check_cache(const ModelCache& cache) const {
                       cache.kv.size(), cache.conv_state.size(), cache.ssm_state.size(),
                       num_attention_layers_, num_linear_layers_);
   }
+  for (size_t i = 0; i < cache.conv_state.size(); ++i) {
+    if (cache.conv_state[i].dtype() != cache_shapes_.conv_state_dtype ||
+        cache.ssm_state[i].dtype() != cache_shapes_.ssm_state_dtype) {
+      return make_error(
+          ErrorCode::kInvalidArgument,
+          "cache's GDN states of layer {} are {} / {}; this model keeps them in {} "
+          "/ {} (conv / ssm)",
+          i, dtype_name(cache.conv_state[i].dtype()), dtype_name(cache.ssm_state[i].dtype()),
+          dtype_name(cache_shapes_.conv_state_dtype), dtype_name(cache_shapes_.ssm_state_dtype));
+    }
+  }
   return Status::ok();
 }
 

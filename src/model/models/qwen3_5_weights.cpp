@@ -16,6 +16,7 @@
 #include "model/decoder.h"
 #include "model/layers/logits.h"
 #include "model/layers/rope.h"
+#include "model/mamba_dtype.h"
 #include "model/models/qwen3_5.h"
 #include "model/tensor_parallel.h"
 #include "ops/ops.h"
@@ -81,8 +82,15 @@ Status HybridModel::load(WeightSource& source, const LoadOptions& options) {
   VLLM_ASSIGN_OR_RETURN(auto runtime, runtime_for(options));
   set_runtime(runtime);
   const ExecContext& ctx = context();
-  DeviceWeights w(source, ctx);
   const ModelConfig& c = config_;
+  // The GDN states' dtypes (vLLM's --mamba-cache-dtype / --mamba-ssm-cache-dtype), before any
+  // weight is read: a bad flag fails at once.
+  VLLM_ASSIGN_OR_RETURN(MambaStateDTypes state_dtypes,
+                        resolve_mamba_state_dtypes(c, ctx.act_dtype, options.mamba_cache_dtype,
+                                                   options.mamba_ssm_cache_dtype));
+  cache_shapes_.conv_state_dtype = state_dtypes.conv;
+  cache_shapes_.ssm_state_dtype = state_dtypes.ssm;
+  DeviceWeights w(source, ctx);
   const int64_t hidden = c.hidden_size;
   VLLM_CHECK(!variant_.prefixes.empty());
   std::string prefix = variant_.prefixes[0];
