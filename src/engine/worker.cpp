@@ -34,6 +34,7 @@ struct Spec {
   int64_t max_model_len = 0;
   bool enable_expert_parallel = false;
   std::string quantization;
+  std::string kv_cache_dtype;
 };
 
 Expected<Spec> parse_spec(const std::string& text) {
@@ -52,6 +53,7 @@ Expected<Spec> parse_spec(const std::string& text) {
     s.max_model_len = j.at("max_model_len").get<int64_t>();
     s.enable_expert_parallel = j.at("enable_expert_parallel").get<bool>();
     s.quantization = j.at("quantization").get<std::string>();
+    s.kv_cache_dtype = j.at("kv_cache_dtype").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     return make_error(ErrorCode::kInvalidFormat, "rank 0's spec: {}", e.what());
   }
@@ -115,6 +117,7 @@ class Worker {
     load.comm = comm_;
     load.enable_expert_parallel = spec.enable_expert_parallel;
     load.quantization = spec.quantization;
+    load.kv_cache_dtype = spec.kv_cache_dtype;
     auto model = load_model(spec.model, load);
     if (!model) return model.status().with_context("cannot load model");
     VLLM_RETURN_IF_ERROR(socket_.send_frame(nlohmann::json({{"ready", true}}).dump()));

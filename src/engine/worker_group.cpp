@@ -199,7 +199,8 @@ Expected<std::unique_ptr<WorkerGroup>> WorkerGroup::start(const ParallelConfig& 
                                  {"dtype", load.dtype},
                                  {"max_model_len", load.max_model_len},
                                  {"enable_expert_parallel", load.enable_expert_parallel},
-                                 {"quantization", load.quantization}};
+                                 {"quantization", load.quantization},
+                                 {"kv_cache_dtype", load.kv_cache_dtype}};
     VLLM_RETURN_IF_ERROR(w.socket.send_frame(spec.dump()));
   }
   if (channel == "tcp") {
