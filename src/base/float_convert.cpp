@@ -127,6 +127,14 @@ uint8_t f32_to_fp8e4m3(float value) {
   return static_cast<uint8_t>(sign | round_magnitude<4, 3>(abs));
 }
 
+uint8_t f32_to_fp8e4m3_satfinite(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint32_t abs = bits & kF32AbsMask;
+  if (abs > kF32Inf) return 0x7Fu;  // NaN, sign dropped
+  if (abs > 0x43E00000u) return static_cast<uint8_t>(((bits >> 24) & 0x80u) | 0x7Eu);  // > 448
+  return f32_to_fp8e4m3(value);
+}
+
 float fp8e5m2_to_f32(uint8_t bits) {
   return kE5M2Table[bits];
 }

@@ -37,6 +37,10 @@ uint16_t f32_to_f16(float value);
 
 float fp8e4m3_to_f32(uint8_t bits);
 uint8_t f32_to_fp8e4m3(float value);
+// CUDA's saturating cast (__nv_cvt_float_to_fp8(value, __NV_SATFINITE, __NV_E4M3), what
+// vLLM's FP8 KV-cache kernels use): |x| > 448 and +-Inf -> +-448 (sign | 0x7E), any NaN ->
+// 0x7F; everything else as f32_to_fp8e4m3.
+uint8_t f32_to_fp8e4m3_satfinite(float value);
 
 float fp8e5m2_to_f32(uint8_t bits);
 uint8_t f32_to_fp8e5m2(float value);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/mamba_dtype.h"
+#include "tensor/kv_cache.h"
 
 namespace vllm::cli {
 
@@ -33,6 +34,17 @@ void add_engine_flags(CLI::App* cmd, engine::EngineArgs* flags) {
   cmd->add_option("--dtype", flags->dtype,
                   "auto | bfloat16 | float32 (auto: bfloat16 on cuda, float32 on cpu)")
       ->check(CLI::IsMember({"auto", "bfloat16", "bf16", "float32", "float"}));
+  cmd->add_option("--kv-cache-dtype", flags->kv_cache_dtype,
+                  "auto (the --dtype) | fp8 | fp8_e4m3: an e4m3 KV cache with per-layer "
+                  "k_scale / v_scale from the checkpoint (else 1.0), half the bytes per token")
+      ->check(CLI::Validator(
+          [](const std::string& value) -> std::string {
+            auto dtype = kv_cache_dtype_from_name(value, DType::kF32);
+            return dtype.has_value() ? "" : dtype.status().message();
+          },
+          "auto|fp8|fp8_e4m3", "kv-cache-dtype"));
+  cmd->add_flag("--calculate-kv-scales", flags->calculate_kv_scales,
+                "vLLM's computed FP8 KV-cache scales: not supported (refused)");
   cmd->add_option("--gpu-memory-utilization", flags->engine.gpu_memory_utilization,
                   "fraction of GPU memory for weights, activations and KV cache (default 0.9)")
       ->check(CLI::Range(0.01, 1.0));

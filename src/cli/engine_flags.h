@@ -21,10 +21,11 @@ namespace vllm::cli {
 
 // --load-format --quantization --max-num-seqs --max-num-batched-tokens --max-model-len --block-size
 // --num-gpu-blocks-override --kv-cache-memory-bytes --[no-]enable-prefix-caching --device
-// --dtype --gpu-memory-utilization --mamba-cache-interval --mamba-cache-memory-fraction
-// --num-mamba-snapshots-override --mamba-cache-dtype --mamba-ssm-cache-dtype --enforce-eager
-// --cuda-graph-sizes --tensor-parallel-size (-tp) --enable-expert-parallel --nnodes --node-rank
-// --master-addr --master-port.
+// --dtype --kv-cache-dtype --calculate-kv-scales (refused) --gpu-memory-utilization
+// --mamba-cache-interval --mamba-cache-memory-fraction --num-mamba-snapshots-override
+// --mamba-cache-dtype --mamba-ssm-cache-dtype --enforce-eager --cuda-graph-sizes
+// --tensor-parallel-size (-tp) --enable-expert-parallel --nnodes --node-rank --master-addr
+// --master-port.
 void add_engine_flags(CLI::App* cmd, engine::EngineArgs* args);
 
 // The sampling knobs every generating command shares; unset ones keep the model's default.

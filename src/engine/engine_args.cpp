@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/logging.h"
 #include "base/thread_pool.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
 #include "structured/vocab.h"
+#include "tensor/kv_cache.h"
 
 namespace vllm::engine {
 
@@ -80,6 +82,7 @@ Expected<std::unique_ptr<WorkerGroup>> start_workers(const EngineArgs& args, Dev
   spec.quantization = args.quantization;
   spec.mamba_cache_dtype = args.mamba_cache_dtype;
   spec.mamba_ssm_cache_dtype = args.mamba_ssm_cache_dtype;
+  spec.kv_cache_dtype = args.kv_cache_dtype;
   return WorkerGroup::start(p, spec);
 }
 
@@ -92,9 +95,23 @@ Expected<LoadedEngine> build_engine(const EngineArgs& args) {
   load.quantization = args.quantization;
   load.mamba_cache_dtype = args.mamba_cache_dtype;
   load.mamba_ssm_cache_dtype = args.mamba_ssm_cache_dtype;
+  load.kv_cache_dtype = args.kv_cache_dtype;
   VLLM_ASSIGN_OR_RETURN(auto placement, resolve_device(args.device, args.dtype));
   load.device = placement.first;
   load.dtype = placement.second;
+  // Before any worker starts: an unsupported cache dtype fails here, naming the value.
+  VLLM_ASSIGN_OR_RETURN(const DType kv_dtype,
+                        kv_cache_dtype_from_name(args.kv_cache_dtype, load.dtype));
+  if (args.calculate_kv_scales) {
+    return make_error(ErrorCode::kUnsupported,
+                      "--calculate-kv-scales is not supported: an FP8 KV cache takes each "
+                      "attention layer's k_scale / v_scale from the checkpoint, else 1.0");
+  }
+  if (kv_dtype == DType::kF8E4M3) {
+    VLLM_LOG_INFO(
+        "Using fp8 data type to store kv cache. It reduces the GPU memory footprint and boosts "
+        "the performance. Meanwhile, it may cause accuracy drop without a proper scaling factor");
+  }
   std::unique_ptr<WorkerGroup> workers;
   if (args.parallel.tensor_parallel_size != 1 || args.parallel.nnodes != 1) {
     auto started = start_workers(args, load.device);

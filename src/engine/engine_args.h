@@ -25,8 +25,10 @@ struct EngineArgs {
   std::string quantization;          // "" | fp8 (vLLM's --quantization; see LoadOptions)
   std::string device = "auto";       // auto (cuda when a GPU is usable) | cuda | cpu
   std::string dtype = "auto";        // auto (bfloat16 on cuda, float32 on cpu) | bfloat16 | float32
-  int64_t max_model_len = 0;         // 0: the config's max_position_embeddings
-  EngineConfig engine;               // scheduler limits, block size, KV budget
+  std::string kv_cache_dtype = "auto";  // auto (the dtype) | fp8 | fp8_e4m3 (tensor/kv_cache.h)
+  bool calculate_kv_scales = false;     // vLLM's --calculate-kv-scales: refused (not implemented)
+  int64_t max_model_len = 0;            // 0: the config's max_position_embeddings
+  EngineConfig engine;                  // scheduler limits, block size, KV budget
   std::optional<int32_t> num_gpu_blocks_override;
   bool enable_prefix_caching = true;
   std::optional<int64_t> seed;  // engine seed (sampling without a per-request seed)

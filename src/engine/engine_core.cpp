@@ -95,6 +95,7 @@ Expected<std::unique_ptr<EngineCore>> EngineCore::create(
   spec.num_kv_heads = static_cast<int32_t>(shapes.num_kv_heads);
   spec.head_dim = static_cast<int32_t>(shapes.head_dim);
   spec.dtype_size = static_cast<int32_t>(dtype_size(model->kv_cache_dtype()));
+  spec.dtype = model->kv_cache_dtype();
   spec.num_attention_layers = std::max(attention_layers, 1);
   const int64_t num_state_slots = hybrid ? sc.max_num_seqs : 0;
   VLLM_ASSIGN_OR_RETURN(MemoryBudget budget,

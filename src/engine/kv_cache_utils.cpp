@@ -92,8 +92,9 @@ Expected<int32_t> determine_num_gpu_blocks(const KVCacheSpec& spec,
                         available, num_blocks, bytes_per_block, kMinNumGpuBlocks);
     }
   }
-  VLLM_LOG_INFO("KV cache size: {} tokens ({} blocks of {} tokens)",
-                kv_cache_size_tokens(num_blocks, spec.block_size), num_blocks, spec.block_size);
+  VLLM_LOG_INFO("KV cache size: {} tokens ({} blocks of {} tokens, {})",
+                kv_cache_size_tokens(num_blocks, spec.block_size), num_blocks, spec.block_size,
+                dtype_name(spec.dtype));
   VLLM_LOG_INFO("Maximum concurrency for {} tokens per request: {:.2f}x", config.max_model_len,
                 max_concurrency(num_blocks, spec.block_size, config.max_model_len));
   return num_blocks;

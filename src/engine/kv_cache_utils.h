@@ -31,6 +31,7 @@ struct KVCacheSpec {
   int32_t head_dim = 0;
   int32_t dtype_size = 0;  // bytes per element of the cache dtype
   int32_t num_attention_layers = 0;
+  DType dtype = DType::kF32;  // the cache dtype (named in the log)
 };
 
 struct KVCacheSizingConfig {

@@ -35,6 +35,7 @@ struct Spec {
   bool enable_expert_parallel = false;
   std::string quantization;
   std::string mamba_cache_dtype, mamba_ssm_cache_dtype;
+  std::string kv_cache_dtype;
 };
 
 Expected<Spec> parse_spec(const std::string& text) {
@@ -55,6 +56,7 @@ Expected<Spec> parse_spec(const std::string& text) {
     s.quantization = j.at("quantization").get<std::string>();
     s.mamba_cache_dtype = j.at("mamba_cache_dtype").get<std::string>();
     s.mamba_ssm_cache_dtype = j.at("mamba_ssm_cache_dtype").get<std::string>();
+    s.kv_cache_dtype = j.at("kv_cache_dtype").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     return make_error(ErrorCode::kInvalidFormat, "rank 0's spec: {}", e.what());
   }
@@ -120,6 +122,7 @@ class Worker {
     load.quantization = spec.quantization;
     load.mamba_cache_dtype = spec.mamba_cache_dtype;
     load.mamba_ssm_cache_dtype = spec.mamba_ssm_cache_dtype;
+    load.kv_cache_dtype = spec.kv_cache_dtype;
     auto model = load_model(spec.model, load);
     if (!model) return model.status().with_context("cannot load model");
     VLLM_RETURN_IF_ERROR(socket_.send_frame(nlohmann::json({{"ready", true}}).dump()));

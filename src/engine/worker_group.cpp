@@ -201,7 +201,8 @@ Expected<std::unique_ptr<WorkerGroup>> WorkerGroup::start(const ParallelConfig& 
                                  {"enable_expert_parallel", load.enable_expert_parallel},
                                  {"quantization", load.quantization},
                                  {"mamba_cache_dtype", load.mamba_cache_dtype},
-                                 {"mamba_ssm_cache_dtype", load.mamba_ssm_cache_dtype}};
+                                 {"mamba_ssm_cache_dtype", load.mamba_ssm_cache_dtype},
+                                 {"kv_cache_dtype", load.kv_cache_dtype}};
     VLLM_RETURN_IF_ERROR(w.socket.send_frame(spec.dump()));
   }
   if (channel == "tcp") {

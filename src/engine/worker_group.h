@@ -49,7 +49,8 @@ namespace vllm::engine {
 struct WorkerLoadSpec {
   std::string model;
   std::string load_format = "auto";
-  std::string quantization;  // "" | fp8
+  std::string quantization;             // "" | fp8
+  std::string kv_cache_dtype = "auto";  // auto | fp8 | fp8_e4m3
   std::string device = "cpu";
   std::string dtype = "auto";
   int64_t max_model_len = 0;

@@ -34,7 +34,7 @@ Expected<Tensor> zeroed(const ExecContext& ctx, const Shape& shape, DType dtype,
 }  // namespace
 
 Expected<ModelCache> allocate_cache(const ExecContext& ctx, const CacheConfig& config,
-                                    const CacheShapes& s) {
+                                    const CacheShapes& s, DType kv_dtype) {
   if (s.num_linear_layers > 0 && config.num_state_slots <= 0) {
     return make_error(ErrorCode::kInvalidArgument,
                       "CacheConfig.num_state_slots is {}; this hybrid model needs at least one "
@@ -46,8 +46,8 @@ Expected<ModelCache> allocate_cache(const ExecContext& ctx, const CacheConfig& c
   for (int64_t i = 0; i < s.num_attention_layers; ++i) {
     VLLM_ASSIGN_OR_RETURN(
         Tensor kv,
-        zeroed(ctx, {config.num_blocks, 2, config.block_size, s.num_kv_heads, s.head_dim},
-               ctx.act_dtype, "KV cache"));
+        zeroed(ctx, {config.num_blocks, 2, config.block_size, s.num_kv_heads, s.head_dim}, kv_dtype,
+               "KV cache"));
     cache.kv.push_back(std::move(kv));
   }
   const Shape conv_shape = {config.num_state_slots, s.conv_dim, s.conv_kernel - 1};

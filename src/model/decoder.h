@@ -14,10 +14,10 @@ namespace vllm {
 // the runtime becomes that tensor-parallel rank.
 Expected<std::shared_ptr<DeviceRuntime>> runtime_for(const LoadOptions& options);
 
-// Zeroed caches on ctx.device (see ModelCache): KV in ctx.act_dtype, GDN states in the
-// shapes' state dtypes.
-// Running out of device memory names the cache and the free memory.
+// Zeroed caches on ctx.device (see ModelCache): KV in kv_dtype (Model::kv_cache_dtype()),
+// GDN states in the shapes' state dtypes. Running out of device memory names the cache and
+// the free memory.
 Expected<ModelCache> allocate_cache(const ExecContext& ctx, const CacheConfig& config,
-                                    const CacheShapes& shapes);
+                                    const CacheShapes& shapes, DType kv_dtype);
 
 }  // namespace vllm

@@ -2,6 +2,7 @@
 
 #include "model/decoder.h"
 #include "ops/ops.h"
+#include "tensor/kv_cache.h"
 
 namespace vllm {
 
@@ -21,7 +22,14 @@ Expected<Tensor> Model::forward(const ForwardBatch& batch, ModelCache& cache) {
 }
 
 Expected<ModelCache> Model::create_cache(const CacheConfig& config) const {
-  return allocate_cache(context(), config, cache_shapes());
+  return allocate_cache(context(), config, cache_shapes(), kv_cache_dtype_);
+}
+
+Status Model::set_runtime(std::shared_ptr<DeviceRuntime> runtime, const LoadOptions& options) {
+  VLLM_ASSIGN_OR_RETURN(kv_cache_dtype_, kv_cache_dtype_from_name(options.kv_cache_dtype,
+                                                                  runtime->context().act_dtype));
+  runtime_ = std::move(runtime);
+  return Status::ok();
 }
 
 int64_t Model::state_bytes_per_slot() const {

@@ -37,7 +37,8 @@ struct CacheShapes {
 };
 
 // Everything a model keeps between steps, on the model's device: per attention layer a KV
-// cache [num_blocks, 2, block_size, kv_heads, head_dim] in Model::kv_cache_dtype(); hybrid models
+// cache [num_blocks, 2, block_size, kv_heads, head_dim] in Model::kv_cache_dtype() (the
+// activation dtype, or F8_E4M3 under --kv-cache-dtype fp8: tensor/kv_cache.h); hybrid models
 // (Qwen3.5 / Qwen3-Next) keep it for their full-attention layers only, in layer order, and per
 // linear-attention (GDN) layer, in layer order, a conv and a recurrent state per state slot:
 //   conv_state [num_state_slots, conv_dim, conv_kernel - 1] (the last inputs, oldest first)
@@ -63,6 +64,10 @@ struct LoadOptions {
   // KV cache) in `dtype` -- kBF16 by default, or kF32.
   Device device = Device::cpu();
   DType dtype = DType::kF32;
+  // vLLM's --kv-cache-dtype: "auto" (the activation dtype) or "fp8" / "fp8_e4m3" (an e4m3
+  // cache with each attention layer's k_scale / v_scale from the checkpoint, else 1.0;
+  // tensor/kv_cache.h). Other values are refused at load.
+  std::string kv_cache_dtype = "auto";
   // The runtime to run on; null: load_model / create_model create one for device and dtype.
   std::shared_ptr<DeviceRuntime> runtime;
   // Tensor parallelism: this rank's communicator, which the runtime takes; the model then
@@ -106,17 +111,20 @@ class Model {
   // engine samples on the same context.
   DeviceRuntime& runtime() const { return *runtime_; }
   const ExecContext& context() const { return runtime_->context(); }
-  // Element type of the KV cache (the activation dtype).
-  DType kv_cache_dtype() const { return runtime_->context().act_dtype; }
+  // Element type of the KV cache: the activation dtype, or F8_E4M3 (LoadOptions).
+  DType kv_cache_dtype() const { return kv_cache_dtype_; }
   // Bytes of GDN state one state slot holds across all layers, in the states' dtypes (0 for
   // attention-only models), on this rank: one running request's state.
   int64_t state_bytes_per_slot() const;
 
  protected:
-  void set_runtime(std::shared_ptr<DeviceRuntime> runtime) { runtime_ = std::move(runtime); }
+  // The runtime the model runs on (runtime_for(options)) and the KV cache dtype `options`
+  // asks for on it; an unsupported --kv-cache-dtype is kUnsupported naming it.
+  Status set_runtime(std::shared_ptr<DeviceRuntime> runtime, const LoadOptions& options);
 
  private:
   std::shared_ptr<DeviceRuntime> runtime_;
+  DType kv_cache_dtype_ = DType::kF32;
 };
 
 Expected<std::unique_ptr<Model>> load_model(const std::filesystem::path& model_dir,

@@ -196,23 +196,25 @@ Status rope(const ExecContext& ctx, const Tensor& positions, Tensor& query, Tens
 }
 
 Status reshape_and_cache(const ExecContext& ctx, const Tensor& key, const Tensor& value,
-                         Tensor& kv_cache, const Tensor& slot_mapping) {
+                         Tensor& kv_cache, const Tensor& slot_mapping,
+                         const KvCacheScales& scales) {
   VLLM_PROFILE_SCOPE("reshape_and_cache");
   if (kv_cache.device().is_cpu()) {
     VLLM_ASSIGN_OR_RETURN(Tensor k, detail::contiguous(ctx, key));
     VLLM_ASSIGN_OR_RETURN(Tensor v, detail::contiguous(ctx, value));
-    return cpu::reshape_and_cache(k, v, kv_cache, slot_mapping);
+    return cpu::reshape_and_cache(k, v, kv_cache, slot_mapping, scales);
   }
 #if VLLM_WITH_CUDA
   if (kv_cache.device().is_cuda()) {
-    return cuda::reshape_and_cache(key, value, kv_cache, slot_mapping, stream(ctx));
+    return cuda::reshape_and_cache(key, value, kv_cache, slot_mapping, stream(ctx), scales);
   }
 #endif
   return unsupported("reshape_and_cache", kv_cache);
 }
 
 Status paged_attention(const ExecContext& ctx, const Tensor& query, const Tensor& kv_cache,
-                       const BatchLayout& layout, float scale, Tensor& out) {
+                       const BatchLayout& layout, float scale, Tensor& out,
+                       const KvCacheScales& kv_scales) {
   VLLM_PROFILE_SCOPE("paged_attention");
   if (out.device().is_cpu()) {
     VLLM_ASSIGN_OR_RETURN(Tensor q, detail::contiguous(ctx, query));
@@ -220,6 +222,7 @@ Status paged_attention(const ExecContext& ctx, const Tensor& query, const Tensor
     p.query_start_loc = layout.query_start_loc;
     p.seq_lens = layout.seq_lens;
     p.scale = scale;
+    p.kv_scales = kv_scales;
     return cpu::paged_attention(q, kv_cache, layout.block_tables, p, out);
   }
 #if VLLM_WITH_CUDA
@@ -230,6 +233,7 @@ Status paged_attention(const ExecContext& ctx, const Tensor& query, const Tensor
     p.max_query_len = layout.max_query_len;
     p.max_seq_len = layout.max_seq_len;
     p.scale = scale;
+    p.kv_scales = kv_scales;
     // Scratch for splitting long contexts across thread blocks (flash-decoding).
     const int64_t requests = static_cast<int64_t>(layout.seq_lens.size());
     const size_t bytes = cuda::paged_attention_workspace_size(requests, kv_cache.size(3),

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "ops/exec_context.h"
+#include "tensor/kv_cache.h"
 #include "tensor/linear_weight.h"
 #include "tensor/tensor.h"
 
@@ -92,8 +93,12 @@ struct RopeArgs {
 Status rope(const ExecContext& ctx, const Tensor& positions, Tensor& query, Tensor& key,
             const Tensor& cos_sin_cache, const RopeArgs& args);
 
+// key, value [T, Hk * D] into kv_cache[slot_mapping]: copied into a float cache (the
+// activation dtype), or as e4m3(x / scale) into an F8_E4M3 one (tensor/kv_cache.h), keys with
+// scales.k_scale and values with scales.v_scale.
 Status reshape_and_cache(const ExecContext& ctx, const Tensor& key, const Tensor& value,
-                         Tensor& kv_cache, const Tensor& slot_mapping);
+                         Tensor& kv_cache, const Tensor& slot_mapping,
+                         const KvCacheScales& scales = {});
 
 // The batch layout attention and GDN ops need, on the host and on ctx.device.
 struct BatchLayout {
@@ -108,8 +113,11 @@ struct BatchLayout {
   int32_t max_seq_len = 0;
 };
 
+// Causal attention over the paged cache (cpu/attention.h); an F8_E4M3 cache is read as its
+// e4m3 values times kv_scales' k_scale / v_scale.
 Status paged_attention(const ExecContext& ctx, const Tensor& query, const Tensor& kv_cache,
-                       const BatchLayout& layout, float scale, Tensor& out);
+                       const BatchLayout& layout, float scale, Tensor& out,
+                       const KvCacheScales& kv_scales = {});
 
 // Gated attention: q_gate [T, Hq * 2D] (per head D query then D gate values) -> query, gate.
 Status split_q_gate(const ExecContext& ctx, const Tensor& q_gate, int64_t head_dim, Tensor& query,

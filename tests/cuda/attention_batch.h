@@ -14,6 +14,7 @@
 
 #include "backend/cpu/attention.h"
 #include "cuda_test_util.h"
+#include "tensor/kv_cache.h"
 #include "tensor/tensor.h"
 
 namespace vllm::cuda_test {
@@ -112,6 +113,33 @@ inline Tensor cpu_reference(const HostBatch& b, const AttnCase& c) {
   p.seq_lens = b.seq_lens;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   Status s = cpu::paged_attention(to_f32(b.query), to_f32(b.kv_cache), b.block_tables, p, ref);
+  VLLM_CHECK_MSG(s.is_ok(), "{}", s.to_string());
+  return ref;
+}
+
+// The batch's cache as an F8_E4M3 cache under `scales`: each element fp8_kv_quantize'd, keys
+// with k_scale and values with v_scale (the NaN poison stays NaN: 0x7F).
+inline Tensor fp8_cache(const Tensor& cache, const KvCacheScales& scales) {
+  Tensor f32 = to_f32(cache);
+  Tensor out = Tensor::empty(cache.shape(), DType::kF8E4M3);
+  const int64_t half = cache.size(2) * cache.size(3) * cache.size(4);  // one block's K or V
+  for (int64_t i = 0; i < f32.numel(); ++i) {
+    const float scale = (i / half) % 2 == 1 ? scales.v_scale : scales.k_scale;
+    out.data<uint8_t>()[i] = fp8_kv_quantize(f32.data<float>()[i], scale);
+  }
+  return out;
+}
+
+// The CPU op over an FP8 cache (fp8_cache of the batch's) with the batch's queries.
+inline Tensor cpu_reference_fp8(const HostBatch& b, const AttnCase& c, const Tensor& fp8,
+                                const KvCacheScales& scales) {
+  Tensor ref = Tensor::empty(b.query.shape(), DType::kF32);
+  cpu::PagedAttentionParams p;
+  p.query_start_loc = b.query_start_loc;
+  p.seq_lens = b.seq_lens;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.kv_scales = scales;
+  Status s = cpu::paged_attention(to_f32(b.query), fp8, b.block_tables, p, ref);
   VLLM_CHECK_MSG(s.is_ok(), "{}", s.to_string());
   return ref;
 }

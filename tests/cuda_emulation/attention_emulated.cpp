@@ -1,13 +1,14 @@
 // vllm::cuda::paged_attention built for the CPU: the op entry (attention.cu) and the kernel
-// sources (attention_tiled.cuh, attention_mma.cuh, attention_combine.cuh) compiled by the
-// host compiler, with the three launchers running the kernels in the emulator (emulator.h)
-// over host memory that the test labels as CUDA tensors (the launchers choose the kernels as
-// attention_tiled_launch.cuh does). Only for the vllm_cuda_emulation_tests binary, which
-// links no CUDA code.
+// sources (attention_tiled.cuh, attention_mma.cuh, attention_combine.cuh, attention_generic.cu)
+// compiled by the host compiler, with the launchers running the kernels in the emulator
+// (emulator.h) over host memory that the test labels as CUDA tensors (the launchers choose the
+// kernels as attention_tiled_launch.cuh does; the generic one's launcher has its own emulation
+// path). Only for the vllm_cuda_emulation_tests binary, which links no CUDA code.
 // clang-format off
 #include "emulator.h"  // first: the CUDA builtins the sources below use
 #include "backend/cuda/attention.cu"
 #include "backend/cuda/attention_combine.cuh"
+#include "backend/cuda/attention_generic.cu"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_tiled.cuh"
 #include "backend/cuda/common.cu"
@@ -32,25 +33,26 @@ namespace detail {
 // The kernels' `extern __shared__ smem[]` (the largest tile uses ~110 KB).
 alignas(16) unsigned char smem[227 * 1024];
 
-template <typename T, int D>
+template <typename T, int D, typename C>
 Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaStream_t) {
-  emu::launch(small_grid(args, num_requests), kAttnThreads, smem, AttnTile<T, D, true>::kSmemBytes,
-              [&] { tiled_attention_kernel<T, D, true>(args); });
+  emu::launch(small_grid(args, num_requests), kAttnThreads, smem,
+              AttnTile<T, D, true, C>::kSmemBytes,
+              [&] { tiled_attention_kernel<T, D, true, C>(args); });
   return Status::ok();
 }
 
-template <typename T, int D>
+template <typename T, int D, typename C>
 Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaStream_t) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     if (args.tensor_cores) {  // as attention_tiled_launch.cuh chooses
-      emu::launch(mma_grid<D>(args, num_requests), kAttnThreads, smem, MmaTile<D>::kSmemBytes,
-                  [&] { mma_prefill_kernel<D>(args); });
+      emu::launch(mma_grid<D>(args, num_requests), kAttnThreads, smem, MmaTile<D, C>::kSmemBytes,
+                  [&] { mma_prefill_kernel<D, C>(args); });
       return Status::ok();
     }
   }
   emu::launch(large_grid<T, D>(args, num_requests), kAttnThreads, smem,
-              AttnTile<T, D, false>::kSmemBytes,
-              [&] { tiled_attention_kernel<T, D, false>(args); });
+              AttnTile<T, D, false, C>::kSmemBytes,
+              [&] { tiled_attention_kernel<T, D, false, C>(args); });
   return Status::ok();
 }
 
@@ -60,16 +62,6 @@ Status launch_attention_combine(const AttentionArgs& args, int num_requests, cud
               [&] { combine_splits_kernel<T, D>(args); });
   return Status::ok();
 }
-
-// The generic kernel (head dims without a tiled instantiation) is not emulated.
-template <typename T>
-Status launch_attention_generic(const AttentionArgs&, int head_dim, int, cudaStream_t) {
-  return make_error(ErrorCode::kUnsupported, "head_dim {}: the generic kernel is not emulated",
-                    head_dim);
-}
-template Status launch_attention_generic<float>(const AttentionArgs&, int, int, cudaStream_t);
-template Status launch_attention_generic<__nv_bfloat16>(const AttentionArgs&, int, int,
-                                                        cudaStream_t);
 
 }  // namespace detail
 }  // namespace vllm::cuda

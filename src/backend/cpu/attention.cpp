@@ -1,6 +1,7 @@
 // Paged attention and the KV-cache write on the CPU (attention.h). Work items are (query row,
 // head) pairs; the inner loop over the context is the portable reference below or its AVX2 /
-// AVX-512 variant (vec_kernels.h), by cpu_isa.h.
+// AVX-512 variant (vec_kernels.h), by cpu_isa.h. An FP8 cache runs the same inner loop on an
+// f32 copy of what a work item's rows see (fp8_attention below).
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
@@ -42,11 +43,13 @@ struct CacheDims {
 };
 
 Expected<CacheDims> cache_dims(const Tensor& kv_cache) {
-  if (!kv_cache.defined() || kv_cache.dtype() != DType::kF32 || kv_cache.ndim() != 5 ||
-      kv_cache.size(1) != 2 || !kv_cache.is_contiguous() || !kv_cache.device().is_cpu()) {
+  if (!kv_cache.defined() ||
+      (kv_cache.dtype() != DType::kF32 && kv_cache.dtype() != DType::kF8E4M3) ||
+      kv_cache.ndim() != 5 || kv_cache.size(1) != 2 || !kv_cache.is_contiguous() ||
+      !kv_cache.device().is_cpu()) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "kv_cache must be a contiguous CPU F32 [num_blocks, 2, block_size, "
-                      "kv_heads, head_dim] tensor, got {}",
+                      "kv_cache must be a contiguous CPU F32 or F8_E4M3 [num_blocks, 2, "
+                      "block_size, kv_heads, head_dim] tensor, got {}",
                       kv_cache.to_string());
   }
   return CacheDims{kv_cache.size(0), kv_cache.size(2), kv_cache.size(3), kv_cache.size(4)};
@@ -66,10 +69,113 @@ Status check_rows(const Tensor& t, const char* name, int64_t heads, int64_t head
   return Status::ok();
 }
 
+// Runs one (query row, query head) work item's inner loop.
+void attention_row(CpuIsa isa, detail::AttentionRow& a, double* acc) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      detail::attention_row_avx512(a);
+      break;
+    case CpuIsa::kAvx2:
+      detail::attention_row_avx2(a);
+      break;
+    default:
+      attention_row_portable(a, acc);
+  }
+}
+
+// Query rows per work item of an FP8 cache: the rows share one dequantized copy of the keys
+// and values the last of them sees, so a prefill's dequantization costs 1/16 of its products.
+constexpr int64_t kFp8RowsPerItem = 16;
+
+// Attention over an F8_E4M3 cache. A work item (request, kv head, up to kFp8RowsPerItem
+// consecutive query rows) dequantizes the keys and values its last row sees into an f32 copy
+// laid out as the cache of one kv head ([blocks, 2, block_size, head_dim], blocks in block
+// table order, read through the identity table) and runs each (row, query head) of the
+// group on it with the F32 inner loop: bit for bit the F32 op over dequantized values.
+void fp8_attention(const Tensor& query, const Tensor& kv_cache, const Tensor& block_tables,
+                   const PagedAttentionParams& params, const CacheDims& dims, int64_t q_heads,
+                   Tensor& out) {
+  struct Item {
+    int64_t request, row_begin, row_end;  // rows [row_begin, row_end) of the batch
+  };
+  std::vector<Item> items;
+  const auto num_requests = static_cast<int64_t>(params.seq_lens.size());
+  for (int64_t r = 0; r < num_requests; ++r) {
+    for (int64_t t = params.query_start_loc[r]; t < params.query_start_loc[r + 1];
+         t += kFp8RowsPerItem) {
+      items.push_back(
+          {r, t, std::min<int64_t>(t + kFp8RowsPerItem, params.query_start_loc[r + 1])});
+    }
+  }
+  const int64_t bs = dims.block_size, head_dim = dims.head_dim, kv_heads = dims.kv_heads;
+  const int64_t group = q_heads / kv_heads;
+  const int64_t row = kv_heads * head_dim;  // elements per cache slot
+  const int64_t max_blocks = block_tables.size(1);
+  const CpuIsa isa = active_isa();
+  const auto* cache = kv_cache.data<uint8_t>();
+  const int32_t* tables = block_tables.data<int32_t>();
+  const float* q_all = query.data<float>();
+  float* out_all = out.data<float>();
+  const float k_scale = params.kv_scales.k_scale, v_scale = params.kv_scales.v_scale;
+
+  parallel_for(
+      0, static_cast<int64_t>(items.size()) * kv_heads, 1, [&](int64_t begin, int64_t end) {
+        thread_local std::vector<float> scores, copy;
+        thread_local std::vector<double> acc;
+        thread_local std::vector<int32_t> identity;
+        acc.resize(static_cast<size_t>(head_dim));
+        for (int64_t w = begin; w < end; ++w) {
+          const Item& item = items[static_cast<size_t>(w / kv_heads)];
+          const int64_t kh = w % kv_heads;
+          const int64_t r = item.request;
+          const int64_t q_len = params.query_start_loc[r + 1] - params.query_start_loc[r];
+          const int64_t pos0 = params.seq_lens[r] - q_len - params.query_start_loc[r];
+          const int64_t keys = pos0 + item.row_end;  // what the last row sees: [0, its position]
+          const int64_t blocks = (keys + bs - 1) / bs;
+          const int32_t* table = tables + r * max_blocks;
+          copy.resize(static_cast<size_t>(blocks * 2 * bs * head_dim));
+          if (identity.size() < static_cast<size_t>(blocks)) {
+            identity.resize(static_cast<size_t>(blocks));
+            for (size_t b = 0; b < identity.size(); ++b) identity[b] = static_cast<int32_t>(b);
+          }
+          for (int64_t j = 0; j < keys; ++j) {
+            const int64_t b = j / bs, o = j % bs;
+            const uint8_t* k = cache + ((table[b] * 2 * bs) + o) * row + kh * head_dim;
+            const uint8_t* v = k + bs * row;
+            float* k_dst = copy.data() + ((b * 2) * bs + o) * head_dim;
+            float* v_dst = k_dst + bs * head_dim;
+            for (int64_t d = 0; d < head_dim; ++d) {
+              k_dst[d] = fp8_kv_dequantize(k[d], k_scale);
+              v_dst[d] = fp8_kv_dequantize(v[d], v_scale);
+            }
+          }
+          if (scores.size() < static_cast<size_t>(keys)) scores.resize(static_cast<size_t>(keys));
+          for (int64_t t = item.row_begin; t < item.row_end; ++t) {
+            for (int64_t g = 0; g < group; ++g) {
+              const int64_t h = kh * group + g;
+              detail::AttentionRow a;
+              a.cache = copy.data();
+              a.table = identity.data();
+              a.block_size = bs;
+              a.kv_row = head_dim;
+              a.kv_offset = 0;
+              a.head_dim = head_dim;
+              a.scale = params.scale;
+              a.ctx = pos0 + t + 1;  // keys [0, position]
+              a.q = q_all + (t * q_heads + h) * head_dim;
+              a.out = out_all + (t * q_heads + h) * head_dim;
+              a.scores = scores.data();
+              attention_row(isa, a, acc.data());
+            }
+          }
+        }
+      });
+}
+
 }  // namespace
 
 Status reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& kv_cache,
-                         const Tensor& slot_mapping) {
+                         const Tensor& slot_mapping, const KvCacheScales& scales) {
   VLLM_ASSIGN_OR_RETURN(CacheDims dims, cache_dims(kv_cache));
   VLLM_RETURN_IF_ERROR(check_rows(key, "key", dims.kv_heads, dims.head_dim));
   VLLM_RETURN_IF_ERROR(check_rows(value, "value", dims.kv_heads, dims.head_dim));
@@ -81,26 +187,46 @@ Status reshape_and_cache(const Tensor& key, const Tensor& value, Tensor& kv_cach
                       "(slot_mapping must be I64 [T])",
                       key.to_string(), value.to_string(), slot_mapping.to_string());
   }
+  const bool fp8 = kv_cache.dtype() == DType::kF8E4M3;
+  if (fp8) VLLM_RETURN_IF_ERROR(check_kv_cache_scales(scales));
   const int64_t row = dims.kv_heads * dims.head_dim;
   const int64_t num_slots = dims.num_blocks * dims.block_size;
   const int64_t* slots = slot_mapping.data<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] >= num_slots) {
+      return make_error(ErrorCode::kOutOfRange,
+                        "slot_mapping[{}] = {} is past the cache's {} slots", t, slots[t],
+                        num_slots);
+    }
+  }
   const float* k = key.data<float>();
   const float* v = value.data<float>();
-  float* cache = kv_cache.data<float>();
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int64_t slot = slots[t];
-    if (slot < 0) continue;
-    if (slot >= num_slots) {
-      return make_error(ErrorCode::kOutOfRange,
-                        "slot_mapping[{}] = {} is past the cache's {} slots", t, slot, num_slots);
+  // Element (slot, kv) of the cache, kv 0 = key, 1 = value.
+  auto slot_offset = [&](int64_t slot, int64_t kv) {
+    const int64_t block = slot / dims.block_size, offset = slot % dims.block_size;
+    return ((block * 2 + kv) * dims.block_size + offset) * row;
+  };
+  if (!fp8) {
+    float* cache = kv_cache.data<float>();
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (slots[t] < 0) continue;
+      std::copy_n(k + t * row, row, cache + slot_offset(slots[t], 0));
+      std::copy_n(v + t * row, row, cache + slot_offset(slots[t], 1));
     }
-    const int64_t block = slot / dims.block_size;
-    const int64_t offset = slot % dims.block_size;
-    float* k_dst = cache + ((block * 2 + 0) * dims.block_size + offset) * row;
-    float* v_dst = cache + ((block * 2 + 1) * dims.block_size + offset) * row;
-    std::copy_n(k + t * row, row, k_dst);
-    std::copy_n(v + t * row, row, v_dst);
+    return Status::ok();
   }
+  auto* cache = kv_cache.data<uint8_t>();
+  parallel_for(0, tokens, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      if (slots[t] < 0) continue;
+      uint8_t* k_dst = cache + slot_offset(slots[t], 0);
+      uint8_t* v_dst = cache + slot_offset(slots[t], 1);
+      for (int64_t i = 0; i < row; ++i) {
+        k_dst[i] = fp8_kv_quantize(k[t * row + i], scales.k_scale);
+        v_dst[i] = fp8_kv_quantize(v[t * row + i], scales.v_scale);
+      }
+    }
+  });
   return Status::ok();
 }
 
@@ -154,6 +280,11 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
       }
     }
   }
+  if (kv_cache.dtype() == DType::kF8E4M3) {
+    VLLM_RETURN_IF_ERROR(check_kv_cache_scales(params.kv_scales));
+    fp8_attention(query, kv_cache, block_tables, params, dims, q_heads, out);
+    return Status::ok();
+  }
   // Each query row's request, so rows can be spread over threads independently.
   std::vector<int32_t> row_request(static_cast<size_t>(tokens));
   for (int64_t r = 0; r < num_requests; ++r) {
@@ -193,16 +324,7 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
       a.kv_offset = (h / group) * head_dim;
       if (scores.size() < static_cast<size_t>(a.ctx)) scores.resize(static_cast<size_t>(a.ctx));
       a.scores = scores.data();
-      switch (isa) {
-        case CpuIsa::kAvx512:
-          detail::attention_row_avx512(a);
-          break;
-        case CpuIsa::kAvx2:
-          detail::attention_row_avx2(a);
-          break;
-        default:
-          attention_row_portable(a, acc.data());
-      }
+      attention_row(isa, a, acc.data());
     }
   });
   return Status::ok();

@@ -3,8 +3,9 @@
 // head dim: the small-query kernel (always: decode rows, and NaN for requests that break the
 // bounds), the split combine (when keys were split) and the prefill kernel (when some
 // request has more than kSmallRows query rows; for BF16 sm90a/attention_wgmma.cu on
-// compute capability 9.0 devices at head dims 128 and 256, attention_mma.cuh elsewhere, unless
-// params.tensor_cores is off; attention_tiled.cuh otherwise).
+// compute capability 9.0 devices at head dims 128 and 256, attention_mma.cuh elsewhere and for
+// FP8 caches, unless params.tensor_cores is off; attention_tiled.cuh otherwise). Every kernel
+// is instantiated for a cache of the query's dtype and for an FP8 one (C = KvFp8).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/attention_wgmma.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -73,9 +75,9 @@ Expected<detail::Rows> activation_rows(const Tensor& t, const char* name, int64_
   return rows;
 }
 
-template <typename T, int D>
+template <typename T, int D, typename C>
 Status run(const AttentionArgs& args, int num_requests, bool need_large, cudaStream_t stream) {
-  if (Status s = detail::launch_attention_small<T, D>(args, num_requests, stream); !s.is_ok()) {
+  if (Status s = detail::launch_attention_small<T, D, C>(args, num_requests, stream); !s.is_ok()) {
     return s;
   }
   if (args.num_splits > 1) {
@@ -84,19 +86,19 @@ Status run(const AttentionArgs& args, int num_requests, bool need_large, cudaStr
     }
   }
   if (!need_large) return Status::ok();
-  return detail::launch_attention_large<T, D>(args, num_requests, stream);
+  return detail::launch_attention_large<T, D, C>(args, num_requests, stream);
 }
 
-template <typename T>
+template <typename T, typename C>
 Status run_head_dim(int64_t head_dim, const AttentionArgs& args, int num_requests, bool need_large,
                     cudaStream_t stream) {
   switch (head_dim) {
     case 64:
-      return run<T, 64>(args, num_requests, need_large, stream);
+      return run<T, 64, C>(args, num_requests, need_large, stream);
     case 128:
-      return run<T, 128>(args, num_requests, need_large, stream);
+      return run<T, 128, C>(args, num_requests, need_large, stream);
     case 256:
-      return run<T, 256>(args, num_requests, need_large, stream);
+      return run<T, 256, C>(args, num_requests, need_large, stream);
     default:
       return make_error(ErrorCode::kInternal, "{}: unchecked head_dim {}", kOp, head_dim);
   }
@@ -124,7 +126,9 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "query", query, {DType::kF32, DType::kBF16}));
   const Device device = query.device();
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "kv_cache", kv_cache));
-  VLLM_RETURN_IF_ERROR(detail::check_same_dtype(kOp, "kv_cache", kv_cache, query));
+  const bool fp8 = kv_cache.dtype() == DType::kF8E4M3;
+  if (!fp8) VLLM_RETURN_IF_ERROR(detail::check_same_dtype(kOp, "kv_cache", kv_cache, query));
+  if (fp8) VLLM_RETURN_IF_ERROR(check_kv_cache_scales(params.kv_scales));
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "out", out));
   VLLM_RETURN_IF_ERROR(detail::check_same_dtype(kOp, "out", out, query));
   if (kv_cache.ndim() != 5 || kv_cache.size(1) != 2 || !kv_cache.is_contiguous()) {
@@ -141,8 +145,8 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   const bool tiled = head_dim == 64 || head_dim == 128 || head_dim == 256;
   if (head_dim <= 0 || head_dim > 256) {
     return make_error(ErrorCode::kUnsupported,
-                      "{}: head_dim {} is not supported (at most 256), kv_cache {}", kOp,
-                      head_dim, kv_cache.to_string());
+                      "{}: head_dim {} is not supported (at most 256), kv_cache {}", kOp, head_dim,
+                      kv_cache.to_string());
   }
   if (!is_power_of_two(block_size)) {
     return make_error(ErrorCode::kUnsupported,
@@ -251,10 +255,13 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   args.group = static_cast<int32_t>(q_heads / kv_heads);
   args.max_query_len = params.max_query_len;
   args.max_seq_len = params.max_seq_len;
-  args.scale_log2 = params.scale * kLog2e;
+  // An FP8 cache's k_scale joins the softmax scale, its v_scale the outputs (kv_fp8.cuh).
+  args.scale_log2 = params.scale * (fp8 ? params.kv_scales.k_scale : 1.0f) * kLog2e;
+  args.v_scale = fp8 ? params.kv_scales.v_scale : 1.0f;
   args.tensor_cores = params.tensor_cores;
-  args.wgmma = params.tensor_cores && params.wgmma && query.dtype() == DType::kBF16 &&
-               detail::wgmma_prefill_head_dim(head_dim) && runs_sm90a(device.index);
+  args.wgmma = detail::use_wgmma_prefill(query.dtype(), kv_cache.dtype(), head_dim,
+                                         params.tensor_cores, params.wgmma) &&
+               runs_sm90a(device.index);
   args.num_splits = plan.num_splits;
   if (plan.num_splits > 1) {
     args.partial_o = static_cast<float*>(workspace.data_ptr());
@@ -267,16 +274,23 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   DeviceGuard guard(device);
   VLLM_RETURN_IF_ERROR(guard.status());
   const int r = static_cast<int>(num_requests);
+  using detail::KvFp8;
+  const bool f32 = query.dtype() == DType::kF32;
   if (!tiled) {
     const int d = static_cast<int>(head_dim);
-    return query.dtype() == DType::kF32
-               ? detail::launch_attention_generic<float>(args, d, r, stream)
+    if (fp8) {
+      return f32 ? detail::launch_attention_generic<float, KvFp8>(args, d, r, stream)
+                 : detail::launch_attention_generic<__nv_bfloat16, KvFp8>(args, d, r, stream);
+    }
+    return f32 ? detail::launch_attention_generic<float>(args, d, r, stream)
                : detail::launch_attention_generic<__nv_bfloat16>(args, d, r, stream);
   }
-  if (query.dtype() == DType::kF32) {
-    return run_head_dim<float>(head_dim, args, r, need_large, stream);
+  if (fp8) {
+    return f32 ? run_head_dim<float, KvFp8>(head_dim, args, r, need_large, stream)
+               : run_head_dim<__nv_bfloat16, KvFp8>(head_dim, args, r, need_large, stream);
   }
-  return run_head_dim<__nv_bfloat16>(head_dim, args, r, need_large, stream);
+  return f32 ? run_head_dim<float, float>(head_dim, args, r, need_large, stream)
+             : run_head_dim<__nv_bfloat16, __nv_bfloat16>(head_dim, args, r, need_large, stream);
 }
 
 }  // namespace vllm::cuda

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "base/status.h"
+#include "tensor/kv_cache.h"
 #include "tensor/tensor.h"
 
 namespace vllm::cuda {
@@ -31,22 +32,24 @@ struct PagedAttentionParams {
   int32_t max_query_len = 0;  // host-known bounds, for the grid: every q_len <= max_query_len
   int32_t max_seq_len = 0;    // and every seq_len <= max_seq_len
   float scale = 1.0f;         // usually 1 / sqrt(head_dim)
+  KvCacheScales kv_scales;    // an F8_E4M3 cache's (tensor/kv_cache.h); ignored otherwise
   // BF16 prefill (requests with more than 16 query rows per kv head) on tensor cores;
   // false runs the CUDA-core kernel instead (kept to compare against). F32 and decode
   // always use CUDA cores.
   bool tensor_cores = true;
   // With tensor_cores, head dims 128 and 256 on a compute capability 9.0 device (H100, H200)
   // take the wgmma kernel (Hopper's warpgroup tensor cores); false keeps the mma.sync one
-  // that other devices run (to compare against).
+  // that other devices run (to compare against). FP8 caches always take the mma.sync one.
   bool wgmma = true;
 };
 
 // query [T, Hq * D] (row stride allowed) or contiguous [T, Hq, D]; kv_cache
-// [num_blocks, 2, block_size, Hk, D] contiguous, in query's dtype; block_tables I32
-// [R' >= R, max_blocks] contiguous; out like query (its own row stride). Dtypes F32 or BF16;
-// D in {64, 128, 256}; Hq a multiple of Hk; block_size a power of two; query and out rows
-// 16-byte aligned. `workspace`: undefined (then no key splitting: correct, slower for long
-// contexts at small batch) or a contiguous device tensor of at least
+// [num_blocks, 2, block_size, Hk, D] contiguous, in query's dtype or F8_E4M3 (read as
+// e4m3 * k_scale / v_scale, the CPU op's fp8_kv_dequantize; the scales finite and positive);
+// block_tables I32 [R' >= R, max_blocks] contiguous; out like query (its own row stride).
+// Dtypes F32 or BF16; D in {64, 128, 256}; Hq a multiple of Hk; block_size a power of two;
+// query and out rows 16-byte aligned. `workspace`: undefined (then no key splitting: correct,
+// slower for long contexts at small batch) or a contiguous device tensor of at least
 // paged_attention_workspace_size(R, Hk, D, max_seq_len) bytes, any dtype; its contents are
 // scratch, overwritten by the call.
 Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor& block_tables,

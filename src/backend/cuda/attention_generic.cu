@@ -5,11 +5,13 @@
 // One warp per (query token, query head): lane l holds dims l, l + 32, ... of the query,
 // walks the request's visible keys one by one through the block table (the dot product is a
 // warp reduction), and keeps an online softmax and its share of the output in registers.
-// Same semantics and f32 arithmetic as the tiled kernels (attention.cuh).
+// Same semantics and f32 arithmetic as the tiled kernels (attention.cuh), for a cache of
+// the query's dtype or FP8 (C = KvFp8, read element by element; kv_fp8.cuh).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda::detail {
@@ -19,7 +21,7 @@ constexpr int kMaxDims = 256;
 constexpr int kPerLane = kMaxDims / kWarpSize;  // 8
 constexpr int kWarpsPerBlock = 4;
 
-template <typename T>
+template <typename T, typename C>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     attention_generic_kernel(AttentionArgs args, int head_dim, int num_requests) {
   pdl_wait();
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   const int block_size = 1 << args.block_size_log2;
   const int64_t token_stride = static_cast<int64_t>(args.num_kv_heads) * head_dim;
   const int64_t block_stride = 2 * block_size * token_stride;
-  const T* cache = static_cast<const T*>(args.kv_cache);
+  const C* cache = static_cast<const C*>(args.kv_cache);
   const int32_t* table = args.block_tables + static_cast<int64_t>(r) * args.max_blocks_per_seq;
   float m = -INFINITY, l = 0.0f;
   bool bad = false;
@@ -73,9 +75,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
       bad = true;
       break;
     }
-    const T* k = cache + block * block_stride + (j & (block_size - 1)) * token_stride +
+    const C* k = cache + block * block_stride + (j & (block_size - 1)) * token_stride +
                  static_cast<int64_t>(kv_head) * head_dim;
-    const T* v = k + block_size * token_stride;
+    const C* v = k + block_size * token_stride;
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     }
     m = m_new;
   }
-  const float inv = bad ? __int_as_float(0x7fc00000) : 1.0f / l;
+  const float inv = bad ? __int_as_float(0x7fc00000) : args.v_scale / l;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int d = lane + i * kWarpSize;
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
 
 }  // namespace
 
-template <typename T>
+template <typename T, typename C>
 Status launch_attention_generic(const AttentionArgs& args, int head_dim, int num_requests,
                                 cudaStream_t stream) {
   if (head_dim <= 0 || head_dim > kMaxDims) {
@@ -114,13 +116,24 @@ Status launch_attention_generic(const AttentionArgs& args, int head_dim, int num
   const int q_heads = args.num_kv_heads * args.group;
   const dim3 grid(static_cast<unsigned>(args.num_tokens),
                   static_cast<unsigned>(ceil_div(q_heads, kWarpsPerBlock)));
-  launch_pdl(attention_generic_kernel<T>, grid, kWarpsPerBlock * kWarpSize, 0, stream, args,
+#if defined(VLLM_CUDA_EMULATION)  // tests/cuda_emulation: run in the CPU emulator, at once
+  (void)stream;
+  emu::launch(grid, kWarpsPerBlock * kWarpSize, nullptr, 0,
+              [&] { attention_generic_kernel<T, C>(args, head_dim, num_requests); });
+  return Status::ok();
+#else
+  launch_pdl(attention_generic_kernel<T, C>, grid, kWarpsPerBlock * kWarpSize, 0, stream, args,
              head_dim, num_requests);
   return check_launch("attention_generic_kernel");
+#endif
 }
 
 template Status launch_attention_generic<float>(const AttentionArgs&, int, int, cudaStream_t);
 template Status launch_attention_generic<__nv_bfloat16>(const AttentionArgs&, int, int,
                                                         cudaStream_t);
+template Status launch_attention_generic<float, KvFp8>(const AttentionArgs&, int, int,
+                                                       cudaStream_t);
+template Status launch_attention_generic<__nv_bfloat16, KvFp8>(const AttentionArgs&, int, int,
+                                                               cudaStream_t);
 
 }  // namespace vllm::cuda::detail

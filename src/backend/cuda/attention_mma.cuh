@@ -20,7 +20,11 @@
 // Tile shapes: kKeys = 64 for D <= 128 (S 32 + O 64 registers per lane), 32 for D = 256
 // (O alone is 128 registers per lane); shared memory 87-101 KB, two blocks per SM.
 // On compute capability 9.0 devices the wgmma kernel (sm90a/attention_wgmma.cu) takes head
-// dims 128 and 256 instead. Next steps here (the prefill-speed issue): ldmatrix(.trans)
+// dims 128 and 256 instead, except over an FP8 cache (attention_wgmma.h).
+// An FP8 cache (C = KvFp8) lands in the shared stages as e4m3 bytes (half the copy) and each
+// fragment register is converted to BF16 pairs as it is read (exact: e4m3 values are BF16
+// values); k_scale is in the softmax scale and v_scale in the final normalisation
+// (kv_fp8.cuh). Next steps here (the prefill-speed issue): ldmatrix(.trans)
 // fragment loads (V's 16-bit loads use half of each shared-memory wavefront), Q fragments
 // kept in registers.
 #pragma once
@@ -30,20 +34,24 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/mma.cuh"
 
 namespace vllm::cuda::detail {
 
-template <int D>
+template <int D, typename C = __nv_bfloat16>
 struct MmaTile {
   static constexpr int kWarps = kAttnThreads / 32;
   static constexpr int kRows = 16 * kWarps;
   static constexpr int kKeys = D == 256 ? 32 : 64;
-  static constexpr int kKvStride = D + 8;  // bf16 elements per shared row (16-byte pad)
+  // Cache elements per shared K / V row (a 16-byte pad); bf16 elements per Q row.
+  static constexpr int kKvStride = D + 16 / static_cast<int>(sizeof(C));
   static constexpr int kQStride = D + 8;
   static constexpr int kKvTileElems = kKeys * kKvStride;
   static constexpr int kQElems = kRows * kQStride;
-  static constexpr int kSmemBytes = (kQElems + kAttnStages * 2 * kKvTileElems) * 2;
+  static constexpr int kQBytes = kQElems * 2;
+  static constexpr int kSmemBytes =
+      kQBytes + kAttnStages * 2 * kKvTileElems * static_cast<int>(sizeof(C));
   static_assert(kKeys % 16 == 0 && D % 16 == 0 && kSmemBytes <= 227 * 1024);
   static_assert(kSplitChunkAlign % kKeys == 0);
 };
@@ -60,20 +68,20 @@ __device__ __forceinline__ uint32_t load_u32(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-template <int D>
+template <int D, typename C = __nv_bfloat16>
 __global__ void __launch_bounds__(kAttnThreads, 1) mma_prefill_kernel(const AttentionArgs a) {
   pdl_wait();
   pdl_launch_next();
   using T = __nv_bfloat16;
-  using Tile = MmaTile<D>;
+  using Tile = MmaTile<D, C>;
   constexpr int kKeys = Tile::kKeys;
   constexpr int kRows = Tile::kRows;
   constexpr int kKeyBlocks = kKeys / 8;  // n8 blocks of S
   constexpr int kDimBlocks = D / 8;      // n8 blocks of O
 
   extern __shared__ __align__(16) unsigned char smem[];
-  T* q_s = reinterpret_cast<T*>(smem);  // [kRows][kQStride]
-  T* kv_s = q_s + Tile::kQElems;        // [stage][K|V][key][kKvStride]
+  T* q_s = reinterpret_cast<T*>(smem);                   // [kRows][kQStride]
+  C* kv_s = reinterpret_cast<C*>(smem + Tile::kQBytes);  // [stage][K|V][key][kKvStride]
 
   const int tid = threadIdx.x;
   const int kh = blockIdx.y;
@@ -87,7 +95,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1) mma_prefill_kernel(const Atte
 
   // Q tile and the first K/V tile, one cp.async group.
   bool bad = false;
-  load_kv_tile<T, D, Tile>(a, table, kh, 0, k_end, kv_s, bad);
+  load_kv_tile<C, D, Tile>(a, table, kh, 0, k_end, kv_s, bad);
   {
     const T* query = static_cast<const T*>(a.query);
     constexpr int kChunks = D / 8;
@@ -133,12 +141,12 @@ __global__ void __launch_bounds__(kAttnThreads, 1) mma_prefill_kernel(const Atte
 
   for (int it = 0; it < num_tiles; ++it) {
     const int k0 = it * kKeys;
-    const T* k_tile = kv_s + (it % kAttnStages) * 2 * Tile::kKvTileElems;
-    const T* v_tile = k_tile + Tile::kKvTileElems;
+    const C* k_tile = kv_s + (it % kAttnStages) * 2 * Tile::kKvTileElems;
+    const C* v_tile = k_tile + Tile::kKvTileElems;
     cp_async_wait_all();
     __syncthreads();  // A
     if (it + 1 < num_tiles) {
-      load_kv_tile<T, D, Tile>(a, table, kh, k0 + kKeys, k_end,
+      load_kv_tile<C, D, Tile>(a, table, kh, k0 + kKeys, k_end,
                                kv_s + ((it + 1) % kAttnStages) * 2 * Tile::kKvTileElems, bad);
       cp_async_commit();
     }
@@ -159,8 +167,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) mma_prefill_kernel(const Atte
                               load_u32(q_hi + 8)};
 #pragma unroll
       for (int nb = 0; nb < kKeyBlocks; ++nb) {
-        const T* kp = k_tile + (nb * 8 + g) * Tile::kKvStride + kc * 16 + 2 * t;
-        const uint32_t bf[2] = {load_u32(kp), load_u32(kp + 8)};
+        const C* kp = k_tile + (nb * 8 + g) * Tile::kKvStride + kc * 16 + 2 * t;
+        const uint32_t bf[2] = {load_kv_bf16x2(kp), load_kv_bf16x2(kp + 8)};
         mma_m16n8k16_bf16(s[nb], af, bf);
       }
     }
@@ -209,19 +217,20 @@ __global__ void __launch_bounds__(kAttnThreads, 1) mma_prefill_kernel(const Atte
     }
 
     // O += P V, 16 keys at a time.
-    const auto* v_bits = reinterpret_cast<const uint16_t*>(v_tile);
 #pragma unroll
     for (int j = 0; j < kKeys / 16; ++j) {
       const uint32_t pa[4] = {pack_bf16x2(s[2 * j][0], s[2 * j][1]),
                               pack_bf16x2(s[2 * j][2], s[2 * j][3]),
                               pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
                               pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
-      const uint16_t* v_col = v_bits + (j * 16 + 2 * t) * Tile::kKvStride + g;
+      const C* v_col = v_tile + (j * 16 + 2 * t) * Tile::kKvStride + g;
 #pragma unroll
       for (int db = 0; db < kDimBlocks; ++db) {
-        const uint16_t* vp = v_col + db * 8;
-        const uint32_t bf[2] = {pack_bf16x2_bits(vp[0], vp[Tile::kKvStride]),
-                                pack_bf16x2_bits(vp[8 * Tile::kKvStride], vp[9 * Tile::kKvStride])};
+        const C* vp = v_col + db * 8;
+        const uint32_t bf[2] = {
+            pack_bf16x2_bits(kv_bf16_bits(vp), kv_bf16_bits(vp + Tile::kKvStride)),
+            pack_bf16x2_bits(kv_bf16_bits(vp + 8 * Tile::kKvStride),
+                             kv_bf16_bits(vp + 9 * Tile::kKvStride))};
         mma_m16n8k16_bf16(o[db], pa, bf);
       }
     }
@@ -229,8 +238,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) mma_prefill_kernel(const Atte
 
   const bool any_bad = __syncthreads_or(bad) != 0;
   const float nan = __int_as_float(0x7fc00000);
-  float inv_lo = l_lo > 0.0f ? 1.0f / l_lo : 0.0f;
-  float inv_hi = l_hi > 0.0f ? 1.0f / l_hi : 0.0f;
+  float inv_lo = l_lo > 0.0f ? a.v_scale / l_lo : 0.0f;
+  float inv_hi = l_hi > 0.0f ? a.v_scale / l_hi : 0.0f;
   if (any_bad) inv_lo = inv_hi = nan;
   T* out = static_cast<T*>(a.out);
 #pragma unroll

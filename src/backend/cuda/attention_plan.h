@@ -94,7 +94,9 @@ struct AttentionArgs {
   int32_t group = 1;  // Hq / Hk
   int32_t max_query_len = 0;
   int32_t max_seq_len = 0;
-  float scale_log2 = 0.0f;  // softmax scale * log2(e): scores are kept in log2 units
+  float scale_log2 = 0.0f;  // softmax scale * log2(e): scores are kept in log2 units (with an
+                            // FP8 cache, times k_scale: S = q . k_e4m3 * that)
+  float v_scale = 1.0f;     // FP8 cache: the outputs' factor (O = v_scale * P V_e4m3); else 1
   // Key splitting of small blocks (num_splits == 1: none, partial_* unused); each request
   // splits by its own length (request_chunk).
   int32_t num_splits = 1;
@@ -107,20 +109,22 @@ struct AttentionArgs {
   bool wgmma = false;
 };
 
-// Launchers, one instantiation per storage type (float, __nv_bfloat16) and head dim.
+// Launchers, one instantiation per storage type T of query and output (float,
+// __nv_bfloat16), head dim and cache element type C: T itself, or KvFp8 (kv_fp8.cuh) for an
+// F8_E4M3 cache.
 // Small: every request's small block(s), grid (num_splits, Hk, R); requests with more rows
 // return at once. Large: grid (q_tiles, Hk, R) over the requests the small kernel skips
 // (on tensor cores for BF16 when args.tensor_cores, on wgmma when args.wgmma).
 // Combine: merges the chunks of split small blocks, grid (Hk, R).
-template <typename T, int D>
+template <typename T, int D, typename C = T>
 Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaStream_t stream);
-template <typename T, int D>
+template <typename T, int D, typename C = T>
 Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaStream_t stream);
 template <typename T, int D>
 Status launch_attention_combine(const AttentionArgs& args, int num_requests, cudaStream_t stream);
 // Any head dim up to 256 that has no tiled instantiation (attention_generic.cu): one warp
 // per (token, query head), no key splitting; grid (T, ceil(Hq / 4)).
-template <typename T>
+template <typename T, typename C = T>
 Status launch_attention_generic(const AttentionArgs& args, int head_dim, int num_requests,
                                 cudaStream_t stream);
 

@@ -1,4 +1,6 @@
-// Paged attention kernels on CUDA cores (f32 arithmetic), for F32 and BF16 storage:
+// Paged attention kernels on CUDA cores (f32 arithmetic), for F32 and BF16 storage and a
+// cache of the same dtype or FP8 (C = KvFp8: its e4m3 bytes are copied into the shared tiles
+// as they are and read as floats there; kv_fp8.cuh says where the scales go):
 // flash-attention tiling with an online softmax over the paged KV cache (BF16 prefill runs
 // on tensor cores by default: attention_mma.cuh, same split and masking). Included only by
 // attention_tiled_launch.cuh (for the per-dtype instantiation files) and by the CPU
@@ -42,11 +44,14 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/kv_fp8.cuh"
 
 namespace vllm::cuda::detail {
 
-// Tile shapes. sizeof(T) bytes per stored element; the f32 arithmetic is the same for both.
-template <typename T, int D, bool kSmall>
+// Tile shapes. sizeof(T) bytes per query / output element, sizeof(C) per cache element; the
+// f32 arithmetic is the same for all. The key tile (kKeys) depends on T only, so an FP8 cache
+// splits and combines its keys as the T cache does and only its shared tiles are smaller.
+template <typename T, int D, bool kSmall, typename C = T>
 struct AttnTile {
   static constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte access
   // Query rows per block. Small: one token's whole GQA group (G <= 16). Large: 64 rows give
@@ -75,12 +80,12 @@ struct AttnTile {
 
   // Shared memory. Row paddings of 16 bytes put consecutive rows in different banks for
   // the S phase's per-lane rows.
-  static constexpr int kQStride = D + 4;      // floats
-  static constexpr int kKvStride = D + kVec;  // elements of T
+  static constexpr int kQStride = D + 4;                                  // floats
+  static constexpr int kKvStride = D + 16 / static_cast<int>(sizeof(C));  // elements of C
   static constexpr int kPStride = kRows + 1;  // floats; p_s is [key][row]
   static constexpr int kQBytes = kRows * kQStride * 4;
   static constexpr int kKvTileElems = kKeys * kKvStride;  // one K (or V) tile
-  static constexpr int kKvBytes = kAttnStages * 2 * kKvTileElems * static_cast<int>(sizeof(T));
+  static constexpr int kKvBytes = kAttnStages * 2 * kKvTileElems * static_cast<int>(sizeof(C));
   static constexpr int kPBytes = kKeys * kPStride * 4;
   static constexpr int kSmemBytes = kQBytes + kKvBytes + kPBytes + 3 * kRows * 4;
 
@@ -91,11 +96,11 @@ struct AttnTile {
   static_assert(kQBytes % 16 == 0 && kKvBytes % 16 == 0 && kSmemBytes <= 227 * 1024);
 };
 
-template <typename T, int D, bool kSmall>
+template <typename T, int D, bool kSmall, typename C = T>
 __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const AttentionArgs a) {
   pdl_wait();
   pdl_launch_next();
-  using Tile = AttnTile<T, D, kSmall>;
+  using Tile = AttnTile<T, D, kSmall, C>;
   constexpr int kVec = Tile::kVec;
   constexpr int kRows = Tile::kRows;
   constexpr int kKeys = Tile::kKeys;
@@ -109,7 +114,7 @@ __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const Att
 
   extern __shared__ __align__(16) unsigned char smem[];
   float* q_s = reinterpret_cast<float*>(smem);           // [kRows][kQStride]
-  T* kv_s = reinterpret_cast<T*>(smem + Tile::kQBytes);  // [stage][K|V][key][kKvStride]
+  C* kv_s = reinterpret_cast<C*>(smem + Tile::kQBytes);  // [stage][K|V][key][kKvStride]
   float* p_s = reinterpret_cast<float*>(smem + Tile::kQBytes + Tile::kKvBytes);  // [key][kPStride]
   float* alpha_s = p_s + kKeys * Tile::kPStride;                                 // [kRows]
   float* m_s = alpha_s + kRows;                                                  // [kRows]
@@ -149,7 +154,7 @@ __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const Att
 
   // Start the first K/V tile's copy, then fill the Q tile while it is in flight.
   bool bad = false;
-  load_kv_tile<T, D, Tile>(a, table, kh, k_begin, k_end, kv_s, bad);
+  load_kv_tile<C, D, Tile>(a, table, kh, k_begin, k_end, kv_s, bad);
   cp_async_commit();
   {
     const T* query = static_cast<const T*>(a.query);
@@ -204,12 +209,12 @@ __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const Att
 
   for (int it = 0; it < num_tiles; ++it) {
     const int k0 = k_begin + it * kKeys;
-    const T* k_tile = kv_s + (it % kAttnStages) * 2 * Tile::kKvTileElems;
-    const T* v_tile = k_tile + Tile::kKvTileElems;
+    const C* k_tile = kv_s + (it % kAttnStages) * 2 * Tile::kKvTileElems;
+    const C* v_tile = k_tile + Tile::kKvTileElems;
     cp_async_wait_all();
     __syncthreads();  // A: tile it (and at it == 0 the Q tile) visible; tile it - 1 done
     if (it + 1 < num_tiles) {
-      load_kv_tile<T, D, Tile>(a, table, kh, k0 + kKeys, k_end,
+      load_kv_tile<C, D, Tile>(a, table, kh, k0 + kKeys, k_end,
                                kv_s + ((it + 1) % kAttnStages) * 2 * Tile::kKvTileElems, bad);
       cp_async_commit();
     }
@@ -226,7 +231,7 @@ __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const Att
       float kf[TN][kVec];
 #pragma unroll
       for (int j = 0; j < TN; ++j)
-        load16_as_float(k_tile + (tx + KG * j) * Tile::kKvStride + d, kf[j]);
+        load_kv_as_float<kVec>(k_tile + (tx + KG * j) * Tile::kKvStride + d, kf[j]);
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
         if (ty + RG * i < rows_valid) {
@@ -290,7 +295,7 @@ __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const Att
       float vf[Tile::kPvVec];
 #pragma unroll
       for (int c = 0; c < Tile::kPvChunks; ++c) {
-        load16_as_float(v_tile + n * Tile::kKvStride + (px + DG * c) * kVec, vf + c * kVec);
+        load_kv_as_float<kVec>(v_tile + n * Tile::kKvStride + (px + DG * c) * kVec, vf + c * kVec);
       }
 #pragma unroll
       for (int i = 0; i < PM; ++i) {
@@ -318,7 +323,7 @@ __global__ void __launch_bounds__(kAttnThreads) tiled_attention_kernel(const Att
     const int row = py + PRG * i;
     if (row >= rows_valid) continue;
     const float l = l_s[row];
-    float scale = partial ? 1.0f : (l > 0.0f ? 1.0f / l : 0.0f);
+    float scale = partial ? a.v_scale : (l > 0.0f ? a.v_scale / l : 0.0f);
     if (any_bad) scale = __int_as_float(0x7fc00000);
 #pragma unroll
     for (int e = 0; e < Tile::kPvVec; ++e) o[i][e] *= scale;
@@ -361,7 +366,7 @@ inline dim3 small_grid(const AttentionArgs& a, int num_requests) {
 
 template <typename T, int D>
 inline dim3 large_grid(const AttentionArgs& a, int num_requests) {
-  constexpr int kRows = AttnTile<T, D, false>::kRows;
+  constexpr int kRows = AttnTile<T, D, false>::kRows;  // the same for every cache type
   const int64_t tiles = (static_cast<int64_t>(a.max_query_len) * a.group + kRows - 1) / kRows;
   return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.num_kv_heads),
               static_cast<unsigned>(num_requests));

@@ -9,12 +9,25 @@
 
 #include "backend/cuda/attention_plan.h"
 #include "base/status.h"
+#include "tensor/dtype.h"
 
 namespace vllm::cuda::detail {
 
 // Head dims the wgmma prefill kernel is built for.
 constexpr bool wgmma_prefill_head_dim(int64_t head_dim) {
   return head_dim == 128 || head_dim == 256;
+}
+
+// Whether a paged-attention call on a compute capability 9.0 device runs its prefill blocks
+// on the wgmma kernel: BF16 queries over a BF16 cache at its head dims, with tensor cores and
+// wgmma asked for (PagedAttentionParams). An F8_E4M3 cache goes to the mma.sync kernel
+// (attention_mma.cuh), which converts the e4m3 tiles to BF16 fragments as it reads them:
+// wgmma takes its B operands straight from shared memory, so it would need a converted copy of
+// every tile.
+constexpr bool use_wgmma_prefill(DType query, DType cache, int64_t head_dim, bool tensor_cores,
+                                 bool wgmma) {
+  return tensor_cores && wgmma && query == DType::kBF16 && cache == DType::kBF16 &&
+         wgmma_prefill_head_dim(head_dim);
 }
 
 // Same grid, work split and outputs as mma_prefill_kernel (grid (q_tiles, Hk, R) over the

@@ -1,7 +1,9 @@
 #include "model/layers/attention.h"
 
 #include <cmath>
+#include <optional>
 
+#include "base/float_convert.h"
 #include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
@@ -16,7 +18,67 @@ Expected<Tensor> concat_vectors(const std::vector<Tensor>& parts, const ExecCont
   return out.view({out.size(0)});
 }
 
+// A scalar checkpoint tensor ([] or [1], F32 / BF16 / F16) on the host, or nothing when the
+// checkpoint does not have `name`.
+Expected<std::optional<float>> read_scalar(WeightSource& w, const std::string& name,
+                                           const ExecContext& ctx) {
+  if (!w.contains(name)) return std::optional<float>();
+  auto t = w.get(name, {});
+  if (!t) t = w.get(name, {1});
+  if (!t) return t.status().with_context("FP8 KV-cache scale");
+  VLLM_ASSIGN_OR_RETURN(Tensor host, ops::to_host(ctx, *t));
+  switch (host.dtype()) {
+    case DType::kF32:
+      return std::optional<float>(host.data<float>()[0]);
+    case DType::kBF16:
+      return std::optional<float>(bf16_to_f32(host.data<uint16_t>()[0]));
+    case DType::kF16:
+      return std::optional<float>(f16_to_f32(host.data<uint16_t>()[0]));
+    default:
+      return make_error(ErrorCode::kInvalidFormat, "{} is {}, not a float scale", name,
+                        dtype_name(host.dtype()));
+  }
+}
+
+// The first of `names` the checkpoint has.
+Expected<std::optional<float>> first_scale(WeightSource& w, const std::string& prefix,
+                                           std::initializer_list<const char*> names,
+                                           const ExecContext& ctx) {
+  for (const char* n : names) {
+    VLLM_ASSIGN_OR_RETURN(std::optional<float> v, read_scalar(w, prefix + n, ctx));
+    if (!v) continue;
+    if (!std::isfinite(*v) || *v <= 0.0f) {
+      return make_error(ErrorCode::kInvalidFormat,
+                        "{}{} is {}: an FP8 KV-cache scale must be finite and positive", prefix, n,
+                        *v);
+    }
+    return v;
+  }
+  return std::optional<float>();
+}
+
 }  // namespace
+
+Expected<KvCacheScales> load_kv_cache_scales(WeightSource& w, const std::string& prefix,
+                                             const ExecContext& ctx) {
+  VLLM_ASSIGN_OR_RETURN(
+      std::optional<float> k,
+      first_scale(w, prefix, {"k_scale", "k_proj.k_scale", "k_proj.output_scale", "attn.k_scale"},
+                  ctx));
+  VLLM_ASSIGN_OR_RETURN(
+      std::optional<float> v,
+      first_scale(w, prefix, {"v_scale", "v_proj.v_scale", "v_proj.output_scale", "attn.v_scale"},
+                  ctx));
+  if (!k && !v) {
+    VLLM_ASSIGN_OR_RETURN(k, first_scale(w, prefix, {"kv_scale"}, ctx));
+  }
+  KvCacheScales scales;
+  if (k || v) {
+    scales.k_scale = k ? *k : *v;
+    scales.v_scale = v ? *v : *k;
+  }
+  return scales;
+}
 
 Status AttentionLayer::load(WeightSource& w, const std::string& p, const AttentionSpec& spec,
                             const ExecContext& ctx) {
@@ -66,6 +128,7 @@ Status AttentionLayer::load(WeightSource& w, const std::string& p, const Attenti
     VLLM_ASSIGN_OR_RETURN(q_norm_, w.get(p + "q_norm.weight", {d}));
     VLLM_ASSIGN_OR_RETURN(k_norm_, w.get(p + "k_norm.weight", {d}));
   }
+  VLLM_ASSIGN_OR_RETURN(kv_scales_, load_kv_cache_scales(w, p, ctx));
   return Status::ok();
 }
 
@@ -111,10 +174,10 @@ Status AttentionLayer::attend(const ExecContext& ctx, const Tensor& qkv, const S
   rope.norm_eps = s.eps;
   rope.norm_unit_offset = s.norm_unit_offset;
   VLLM_RETURN_IF_ERROR(ops::rope(ctx, in.positions, q, k, cos_sin_cache, rope));
-  VLLM_RETURN_IF_ERROR(ops::reshape_and_cache(ctx, k, v, kv_cache, in.slot_mapping));
+  VLLM_RETURN_IF_ERROR(ops::reshape_and_cache(ctx, k, v, kv_cache, in.slot_mapping, kv_scales_));
   VLLM_ASSIGN_OR_RETURN(Tensor attn, ctx.act({tokens, q_dim}));
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  VLLM_RETURN_IF_ERROR(ops::paged_attention(ctx, q, kv_cache, in.layout, scale, attn));
+  VLLM_RETURN_IF_ERROR(ops::paged_attention(ctx, q, kv_cache, in.layout, scale, attn, kv_scales_));
   if (gate.defined()) VLLM_RETURN_IF_ERROR(ops::sigmoid_gate_mul(ctx, attn, gate));
   VLLM_RETURN_IF_ERROR(ops::linear(ctx, attn, o_proj_, o_bias_, out));
   return ops::all_reduce(ctx, out);

@@ -3,12 +3,13 @@
 //   qkv = x @ [q | k | v]^T (+ bias)        one fused GEMM
 //   q, gate = split(q) when output_gate     Qwen3.5's gated attention (per head: q then gate)
 //   q, k = rope(rms_norm_per_head(q, k))    q/k norm where the model has it (Qwen3, Qwen3.5)
-//   cache[slot_mapping] = k, v
+//   cache[slot_mapping] = k, v              an FP8 cache: e4m3(k / k_scale), e4m3(v / v_scale)
 //   a = paged_attention(q, cache)           causal over the request's cached context
 //   a *= sigmoid(gate)                      gated attention only
 //   out = a @ o_proj^T (+ bias)
 // Under tensor parallelism (ctx.comm) each rank holds its query heads and KV heads (or a
 // replica of one) and o_proj's matching columns; out is all-reduced (tensor_parallel.h).
+// The FP8 KV-cache scales are per layer (per tensor), the same on every rank.
 #pragma once
 
 #include <string>
@@ -17,6 +18,7 @@
 #include "model/step_inputs.h"
 #include "model/weights.h"
 #include "ops/exec_context.h"
+#include "tensor/kv_cache.h"
 
 namespace vllm {
 
@@ -35,11 +37,13 @@ struct AttentionSpec {
 class AttentionLayer {
  public:
   // Reads {prefix}q_proj / k_proj / v_proj / o_proj (.weight, .bias) and q_norm / k_norm:
-  // this rank's shard of them.
+  // this rank's shard of them; and the FP8 KV-cache scales where the checkpoint has them
+  // (load_kv_cache_scales).
   Status load(WeightSource& w, const std::string& prefix, const AttentionSpec& spec,
               const ExecContext& ctx);
 
-  // x [T, hidden] -> out [T, hidden]; kv_cache is this layer's cache.
+  // x [T, hidden] -> out [T, hidden]; kv_cache is this layer's cache (the activation dtype,
+  // or F8_E4M3 under the layer's scales).
   Status forward(const ExecContext& ctx, const Tensor& x, const StepInputs& in,
                  const Tensor& cos_sin_cache, Tensor& kv_cache, Tensor& out) const;
   // As GdnLayer's: the residual add and input norm inside the q/k/v projection (no biases).
@@ -58,6 +62,19 @@ class AttentionLayer {
   LinearWeight o_proj_;
   Tensor o_bias_;
   Tensor q_norm_, k_norm_;
+  KvCacheScales kv_scales_;  // used by an F8_E4M3 cache only
 };
+
+// The FP8 KV-cache scales of the attention layer whose weights are under `prefix`
+// ("model.layers.N.self_attn."), under the names vLLM's checkpoint loaders remap
+// (maybe_remap_kv_scale_name, compressed-tensors' output scales): {prefix}k_scale /
+// v_scale, {prefix}k_proj.k_scale / v_proj.v_scale (ModelOpt), {prefix}k_proj.output_scale /
+// v_proj.output_scale (compressed-tensors), {prefix}attn.k_scale / attn.v_scale, and the
+// deprecated {prefix}kv_scale for both. Scalars ([] or [1]) of a float dtype. As vLLM does,
+// a layer with only one of the two uses it for both, and a layer with neither 1.0 (vLLM's
+// default without --calculate-kv-scales). A scale that is not finite and positive is
+// kInvalidFormat naming the tensor.
+Expected<KvCacheScales> load_kv_cache_scales(WeightSource& w, const std::string& prefix,
+                                             const ExecContext& ctx);
 
 }  // namespace vllm

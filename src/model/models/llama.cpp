@@ -46,7 +46,7 @@ class LlamaModel final : public Model {
 
 Status LlamaModel::load(WeightSource& source, const LoadOptions& options) {
   VLLM_ASSIGN_OR_RETURN(auto runtime, runtime_for(options));
-  set_runtime(runtime);
+  VLLM_RETURN_IF_ERROR(set_runtime(runtime, options));
   const ExecContext& ctx = context();
   DeviceWeights w(source, ctx);
   const ModelConfig& c = config_;

@@ -80,7 +80,7 @@ bool HybridModel::layer_is_sparse(int64_t layer) const {
 Status HybridModel::load(WeightSource& source, const LoadOptions& options) {
   VLLM_RETURN_IF_ERROR(check_config());
   VLLM_ASSIGN_OR_RETURN(auto runtime, runtime_for(options));
-  set_runtime(runtime);
+  VLLM_RETURN_IF_ERROR(set_runtime(runtime, options));
   const ExecContext& ctx = context();
   const ModelConfig& c = config_;
   // The GDN states' dtypes (vLLM's --mamba-cache-dtype / --mamba-ssm-cache-dtype), before any
