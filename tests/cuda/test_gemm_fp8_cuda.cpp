@@ -240,13 +240,13 @@ TEST_F(GemmFp8W8A8Cuda, QwenShapesMatchCpu) {
 
 TEST_F(GemmFp8W8A8Cuda, SmallAndStridedOperandsMatchCpu) {
   const W8A8Case cases[] = {
-      {1, 128, 128},
-      {3, 128, 384, kF32, kF32},
-      {17, 384, 256, kBF16, kBF16, true},
-      {40, 256, 256, kBF16, kF32, false, kAligned, kAligned},
-      {33, 128, 256, kBF16, kBF16, false, cuda_test::kUnaligned, kContiguous},
+      {1, 128, 512},
+      {3, 128, 1024, kF32, kF32},
+      {17, 384, 512, kBF16, kBF16, true},
+      {40, 256, 512, kBF16, kF32, false, kAligned, kAligned},
+      {33, 128, 512, kBF16, kBF16, false, cuda_test::kUnaligned, kContiguous},
       {12, 256, 512, kF32, kF32, true, cuda_test::kUnaligned, cuda_test::kAligned},
-      {10, 128, 256, kBF16, kBF16, false, kContiguous, cuda_test::kAligned},
+      {10, 384, 1536, kBF16, kBF16, false, kContiguous, cuda_test::kAligned},
   };
   for (const W8A8Case& c : cases) run_case(c);
 }
@@ -299,43 +299,47 @@ TEST_F(GemmFp8W8A8Cuda, QuantizationEdgeGroups) {
 }
 
 TEST_F(GemmFp8W8A8Cuda, RefusesOtherProducts) {
-  Tensor x = to_device(random_tensor({16, 256}, kBF16, rng_, 0.0f, 1.0f));
+  Tensor x = to_device(random_tensor({16, 512}, kBF16, rng_, 0.0f, 1.0f));
   Tensor out = to_device(Tensor::empty({16, 128}, kBF16));
-  auto [x_q, x_scales] = scratch(16, 256);
-  // Blocks other than 128 x 128 go to linear_fp8.
+  auto [x_q, x_scales] = scratch(16, 512);
   // A product of 10 rows needs its padded rows somewhere.
   {
-    const LinearWeight w = fp8_weight(128, 256, {128, 128});
+    const LinearWeight w = fp8_weight(128, 512, {128, 128});
     const LinearWeight w_gpu(to_device(w.weight), to_device(w.scale_inv), w.block);
-    Tensor x10 = to_device(random_tensor({10, 256}, kBF16, rng_, 0.0f, 1.0f));
+    Tensor x10 = to_device(random_tensor({10, 512}, kBF16, rng_, 0.0f, 1.0f));
     Tensor out10 = to_device(Tensor::empty({10, 128}, kBF16));
-    auto [q10, s10] = scratch(10, 256);
+    auto [q10, s10] = scratch(10, 512);
     Tensor none;
     Status s = cuda::linear_fp8_w8a8(*blas_, x10, w_gpu, Tensor(), q10, s10, none, out10, nullptr);
     EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
     EXPECT_NE(s.message().find("out_pad"), std::string::npos) << s.message();
   }
-  const LinearWeight small = fp8_weight(128, 256, {16, 32});
+  // Blocks other than 128 x 128 go to linear_fp8.
+  const LinearWeight small = fp8_weight(128, 512, {16, 32});
   const LinearWeight small_gpu(to_device(small.weight), to_device(small.scale_inv), small.block);
   EXPECT_FALSE(cuda::linear_fp8_w8a8_fits(x, small_gpu));
   Tensor no_pad;
   Status s =
       cuda::linear_fp8_w8a8(*blas_, x, small_gpu, Tensor(), x_q, x_scales, no_pad, out, nullptr);
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
-  // K off a multiple of 128.
+  // K off a multiple of 128, and K = 256 (a scale grid row of 2, which cuBLASLt reads as 4).
   const LinearWeight odd = fp8_weight(128, 200, {128, 128});
   const LinearWeight odd_gpu(to_device(odd.weight), to_device(odd.scale_inv), odd.block);
   EXPECT_FALSE(
       cuda::linear_fp8_w8a8_fits(to_device(random_tensor({16, 200}, kBF16, rng_, 0, 1)), odd_gpu));
+  const LinearWeight k256 = fp8_weight(256, 256, {128, 128});
+  const LinearWeight k256_gpu(to_device(k256.weight), to_device(k256.scale_inv), k256.block);
+  EXPECT_FALSE(
+      cuda::linear_fp8_w8a8_fits(to_device(random_tensor({16, 256}, kBF16, rng_, 0, 1)), k256_gpu));
   // Scratch of the wrong shape is refused by name.
-  const LinearWeight w = fp8_weight(128, 256, {128, 128});
+  const LinearWeight w = fp8_weight(128, 512, {128, 128});
   const LinearWeight w_gpu(to_device(w.weight), to_device(w.scale_inv), w.block);
   Tensor wrong_scales = to_device(Tensor::empty({16, 2}, kF32));
   s = cuda::linear_fp8_w8a8(*blas_, x, w_gpu, Tensor(), x_q, wrong_scales, no_pad, out, nullptr);
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find("x_scales"), std::string::npos) << s.message();
   // Below the row crossover use_fp8_w8a8 keeps W8A16.
-  Tensor x_small = to_device(random_tensor({cuda::kFp8W8A8MinRows - 1, 256}, kBF16, rng_, 0, 1));
+  Tensor x_small = to_device(random_tensor({cuda::kFp8W8A8MinRows - 1, 512}, kBF16, rng_, 0, 1));
   EXPECT_FALSE(cuda::use_fp8_w8a8(x_small, w_gpu));
   EXPECT_TRUE(cuda::use_fp8_w8a8(x, w_gpu));
 }

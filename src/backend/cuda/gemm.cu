@@ -32,9 +32,11 @@
 // FP8. linear_fp8 (W8A16) reads the e4m3 weight in its GEMV or dequantizes it for cuBLASLt;
 // linear_fp8_w8a8 quantizes x per token group (fp8_quant.cu) and runs cuBLASLt's FP8 matmul
 // with block scales: the weight's in BLK128x128_32F mode (its [N / 128, K / 128] row-major
-// grid is that mode's layout for the transposed A operand) and x's in VEC128_32F mode (M-major
-// [K / 128, M]). Its plans are keyed with x_dtype F8_E4M3; the scale pointers are set on the
-// cached descriptor at each call, as the bias pointer is.
+// grid is that mode's layout for the transposed A operand, read with its row stride rounded up
+// to a multiple of 4 scales: hence K a multiple of 512, where the two agree) and x's in
+// VEC128_32F mode (M-major [K / 128, M], M a multiple of 4). Its plans are keyed with x_dtype
+// F8_E4M3; the scale pointers are set on the cached descriptor at each call, as the bias pointer
+// is.
 //
 // A BlasContext is used by one host thread and one stream at a time (its workspace and
 // cache are unsynchronised), as the execution context that owns it guarantees.
@@ -749,7 +751,7 @@ bool linear_fp8_w8a8_fits(const Tensor& x, const LinearWeight& weight) {
   }
   const int64_t N = weight.size(0), K = weight.size(1);
   return weight.block == WeightBlock{detail::kFp8ActivationGroup, detail::kFp8ActivationGroup} &&
-         x.size(1) == K && K > 0 && K % detail::kFp8ActivationGroup == 0 && N > 0 &&
+         x.size(1) == K && K > 0 && K % kFp8W8A8KMultiple == 0 && N > 0 &&
          N % detail::kFp8ActivationGroup == 0 && runs_sm90a(x.device().index);
 }
 
@@ -772,7 +774,7 @@ Status linear_fp8_w8a8(BlasContext& blas, const Tensor& x, const LinearWeight& w
   if (!linear_fp8_w8a8_fits(x, weight)) {
     return make_error(ErrorCode::kUnsupported,
                       "{}: x {} and weight {} are not a W8A8 product (a block-scaled FP8 weight "
-                      "in 128x128 blocks, K and N multiples of 128, on compute capability "
+                      "in 128x128 blocks, K a multiple of 512 and N of 128, on compute capability "
                       "9.0; linear_fp8 takes the others)",
                       kOp, x.to_string(), weight.to_string());
   }

@@ -122,9 +122,13 @@ inline constexpr int64_t kFp8W8A8MinRows = 9;
 // when M_pad > M (the product's rows, of which the first M are copied to out; undefined
 // otherwise). Padding rows are zero codes and never reach out.
 //
-// linear_fp8_w8a8_fits() says which products it takes (the weight in 128 x 128 blocks, K and
-// N multiples of 128, compute capability 9.0: the block scale modes are Hopper's); others are
-// kUnsupported. use_fp8_w8a8() adds the row crossover.
+// linear_fp8_w8a8_fits() says which products it takes (the weight in 128 x 128 blocks, N a
+// multiple of 128, K of kFp8W8A8KMultiple, compute capability 9.0: the block scale modes are
+// Hopper's); others are kUnsupported. use_fp8_w8a8() adds the row crossover. cuBLASLt reads
+// the weight's scale grid [N / 128, K / 128] with its rows padded to a multiple of 4 scales,
+// so K / 128 must be one (every K of Qwen3.5's projections is); measured on an H100, other K
+// with N > 128 gave unrelated results.
+inline constexpr int64_t kFp8W8A8KMultiple = 512;
 inline int64_t fp8_w8a8_rows(int64_t m) {
   return (m + 3) / 4 * 4;
 }
