@@ -222,6 +222,21 @@ __device__ __forceinline__ void cp_async_wait_all() {
 #endif
 }
 
+// Waits until at most kPending of this thread's committed groups are still in flight (the
+// older ones have landed); other threads see them after a barrier.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_pending() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// SiLU(v) = v * sigmoid(v), as v / (1 + e^-v) in f32 (expf, not the fast intrinsic): the form
+// every kernel with a SiLU uses, so their results agree with each other and the CPU's.
+__device__ __forceinline__ float silu(float v) {
+  return v / (1.0f + expf(-v));
+}
+
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }

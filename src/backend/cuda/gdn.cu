@@ -29,13 +29,10 @@ namespace {
 using detail::from_float;
 using detail::load_param;
 using detail::ParamVec;
+using detail::silu;
 using detail::to_float;
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float silu(float v) {
-  return v / (1.0f + expf(-v));
-}
 
 // torch.nn.functional.softplus with beta 1 and threshold 20.
 __device__ __forceinline__ float softplus(float v) {

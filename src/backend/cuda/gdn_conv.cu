@@ -46,6 +46,7 @@ using detail::from_float;
 using detail::GdnBatchView;
 using detail::Pack;
 using detail::ParamVec;
+using detail::silu;
 using detail::to_float;
 
 constexpr int kMaxWidth = 4;            // taps held in registers per channel
@@ -74,10 +75,6 @@ struct ConvParams {
   int channel_blocks;  // blocks across the channels of one chunk
   bool chunked;        // chunks of kChunkTokens (else one chunk per request)
 };
-
-__device__ __forceinline__ float silu(float v) {
-  return v / (1.0f + expf(-v));
-}
 
 // The request whose chunk ids contain `id` (see the top of the file) and the chunk's index
 // within it: the last request r with key(r) <= id.

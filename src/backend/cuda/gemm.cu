@@ -659,39 +659,59 @@ Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor
   return detail::launch_gemv_norm(p, np, stream);
 }
 
+namespace {
+
+// The checks linear_fp8 and linear_fp8_w8a8 share: x on the context's device, a well-formed
+// contiguous FP8 weight [N, K], then linear()'s output, bias and layout checks on a float
+// weight of the same shape (`shape_only`, which borrows the e4m3 bytes).
+struct Fp8Operands {
+  detail::GemvProblem p;
+  Tensor shape_only;
+};
+
+Expected<Fp8Operands> fp8_operands(std::string_view op, const BlasContext::Impl& impl,
+                                   const Tensor& x, const LinearWeight& weight, const Tensor& bias,
+                                   Tensor& out) {
+  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(op, "x", x, {DType::kF32, DType::kBF16}));
+  if (x.ndim() != 2) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, expected [M, K]", op,
+                      x.to_string());
+  }
+  if (x.device() != impl.device) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, but the BlasContext is on {}", op,
+                      x.to_string(), impl.device.to_string());
+  }
+  if (!weight.is_fp8()) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: weight is {}, expected F8_E4M3", op,
+                      weight.to_string());
+  }
+  VLLM_RETURN_IF_ERROR(check_linear_weight(op, weight));
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "weight", weight.weight, x));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "weight", weight.weight));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "weight scales", weight.scale_inv));
+  const int64_t K = x.size(1);
+  if (weight.ndim() != 2 || weight.size(1) != K) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: weight is {}, expected [out_features, {}] (in_features = x's last dim)",
+                      op, weight.to_string(), K);
+  }
+  Fp8Operands o;
+  o.shape_only = Tensor::borrow(const_cast<void*>(weight.weight.data_ptr()), {weight.size(0), K},
+                                x.dtype(), x.device(), nullptr);
+  VLLM_ASSIGN_OR_RETURN(o.p, detail::gemv_problem(op, x, o.shape_only, bias, out));
+  return o;
+}
+
+}  // namespace
+
 Status linear_fp8(BlasContext& blas, const Tensor& x, const LinearWeight& weight,
                   const Tensor& bias, Tensor& out, cudaStream_t stream) {
   constexpr std::string_view kOp = "cuda::linear (FP8 weight)";
   BlasContext::Impl& impl = *blas.impl();
-  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "x", x, {DType::kF32, DType::kBF16}));
-  if (x.ndim() != 2) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, expected [M, K]", kOp,
-                      x.to_string());
-  }
-  if (x.device() != impl.device) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, but the BlasContext is on {}", kOp,
-                      x.to_string(), impl.device.to_string());
-  }
-  if (!weight.is_fp8()) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: weight is {}, expected F8_E4M3", kOp,
-                      weight.to_string());
-  }
-  VLLM_RETURN_IF_ERROR(check_linear_weight(kOp, weight));
-  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "weight", weight.weight, x));
-  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "weight", weight.weight));
-  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "weight scales", weight.scale_inv));
-  const int64_t M = x.size(0), K = x.size(1);
-  if (weight.ndim() != 2 || weight.size(1) != K) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "{}: weight is {}, expected [out_features, {}] (in_features = x's last dim)",
-                      kOp, weight.to_string(), K);
-  }
-  const int64_t N = weight.size(0);
-  // The output, bias and layout checks of linear(), on a float weight of the same shape.
-  const Tensor shape_only = Tensor::borrow(const_cast<void*>(weight.weight.data_ptr()), {N, K},
-                                           x.dtype(), x.device(), nullptr);
-  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, shape_only, bias, out));
-  if (M == 0 || N == 0 || K == 0) return linear(blas, x, shape_only, bias, out, stream);
+  VLLM_ASSIGN_OR_RETURN(Fp8Operands ops, fp8_operands(kOp, impl, x, weight, bias, out));
+  const detail::GemvProblem& p = ops.p;
+  const int64_t M = p.m, N = p.n, K = p.k;
+  if (M == 0 || N == 0 || K == 0) return linear(blas, x, ops.shape_only, bias, out, stream);
 
   DeviceGuard guard(impl.device);
   VLLM_RETURN_IF_ERROR(guard.status());
@@ -765,12 +785,7 @@ Status linear_fp8_w8a8(BlasContext& blas, const Tensor& x, const LinearWeight& w
                        Tensor& out, cudaStream_t stream) {
   constexpr std::string_view kOp = "cuda::linear_fp8_w8a8";
   BlasContext::Impl& impl = *blas.impl();
-  VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "x", x, {DType::kF32, DType::kBF16}));
-  if (x.device() != impl.device) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, but the BlasContext is on {}", kOp,
-                      x.to_string(), impl.device.to_string());
-  }
-  VLLM_RETURN_IF_ERROR(check_linear_weight(kOp, weight));
+  VLLM_ASSIGN_OR_RETURN(Fp8Operands ops, fp8_operands(kOp, impl, x, weight, bias, out));
   if (!linear_fp8_w8a8_fits(x, weight)) {
     return make_error(ErrorCode::kUnsupported,
                       "{}: x {} and weight {} are not a W8A8 product (a block-scaled FP8 weight "
@@ -778,15 +793,10 @@ Status linear_fp8_w8a8(BlasContext& blas, const Tensor& x, const LinearWeight& w
                       "9.0; linear_fp8 takes the others)",
                       kOp, x.to_string(), weight.to_string());
   }
-  VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "weight", weight.weight, x));
-  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "weight", weight.weight));
-  VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, "weight scales", weight.scale_inv));
-  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  const detail::GemvProblem& p = ops.p;
+  const int64_t M = p.m, K = p.k, N = p.n;
   const int64_t M_pad = fp8_w8a8_rows(M);
   const int64_t groups = K / detail::kFp8ActivationGroup;
-  const Tensor shape_only = Tensor::borrow(const_cast<void*>(weight.weight.data_ptr()), {N, K},
-                                           x.dtype(), x.device(), nullptr);
-  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, shape_only, bias, out));
   for (auto [name, t, dtype, shape] : {std::tuple<std::string_view, const Tensor*, DType, Shape>{
                                            "x_q", &x_q, DType::kF8E4M3, {M_pad, K}},
                                        {"x_scales", &x_scales, DType::kF32, {groups, M_pad}},

@@ -694,61 +694,51 @@ Expected<Rows> check_rows_like_x(std::string_view op, std::string_view arg, cons
 }
 
 // The W8A8 grouped GEMM: x quantized per token group, gate/up into act (BF16), act quantized,
-// down into y.
-Status launch_w8a8(const MoeProblem& pr, const MoePlan& plan, const MoeExpertsArgs& args,
-                   char* base, const ScratchLayout& l, cudaStream_t stream) {
+// down into y. Each projection's weights, scales and output are grouped_gemm_params()'s; its
+// input is the quantized rows and their scales.
+Status launch_w8a8(const MoeProblem& pr, const MoePlan& plan, char* base, const ScratchLayout& l,
+                   cudaStream_t stream) {
+  auto projection = [&](bool gate_up, const uint8_t* input, const float* input_scales,
+                        int64_t rows) {
+    const detail::GroupedGemmParams g = detail::grouped_gemm_params(pr, plan, gate_up);
+    detail::Fp8GroupedGemmParams p{};
+    p.weight = g.weight8;
+    p.expert_stride = g.expert_stride;
+    p.w_scales = g.scales;
+    p.input = input;
+    p.ld_input = g.k;  // the quantized rows are contiguous
+    p.input_scales = input_scales;
+    p.scale_stride = rows;
+    p.output = g.output;
+    p.ld_output = g.ld_output;
+    p.sorted_pairs = g.sorted_pairs;
+    p.tile_expert = g.tile_expert;
+    p.n_out = g.n_out;
+    p.k = g.k;
+    p.top_k = g.top_k;
+    return detail::launch_moe_grouped_gemm_wgmma_fp8(p, gate_up, plan.max_tiles, stream);
+  };
+  // `rows` rows of `src` (row stride ld, k columns) into e4m3 `q` and its group scales.
+  auto quantize = [&](const void* src, int64_t ld, int64_t rows, int64_t k, uint8_t* q,
+                      float* scales) {
+    detail::Fp8QuantizeProblem qp;
+    qp.x_dtype = DType::kBF16;
+    qp.x = src;
+    qp.ldx = ld;
+    qp.q = q;
+    qp.scales = scales;
+    qp.m = rows;
+    qp.k = k;
+    return detail::launch_fp8_quantize_token_groups(qp, stream);
+  };
   auto* x_q = reinterpret_cast<uint8_t*>(base + l.x_q);
   auto* x_scales = reinterpret_cast<float*>(base + l.x_scales);
   auto* act_q = reinterpret_cast<uint8_t*>(base + l.act_q);
   auto* act_scales = reinterpret_cast<float*>(base + l.act_scales);
-  detail::Fp8QuantizeProblem q;
-  q.x_dtype = DType::kBF16;
-  q.x = pr.x;
-  q.ldx = pr.ldx;
-  q.q = x_q;
-  q.scales = x_scales;
-  q.m = pr.tokens;
-  q.k = pr.hidden;
-  VLLM_RETURN_IF_ERROR(detail::launch_fp8_quantize_token_groups(q, stream));
-
-  detail::Fp8GroupedGemmParams p{};
-  p.sorted_pairs = plan.sorted_pairs;
-  p.tile_expert = plan.tile_expert;
-  p.top_k = plan.top_k;
-  p.weight = static_cast<const uint8_t*>(pr.gate_up);
-  p.expert_stride = 2 * pr.inter * pr.hidden;
-  p.w_scales = fp8_scales_of(args.gate_up_scale_inv, args.gate_up_block);
-  p.input = x_q;
-  p.ld_input = pr.hidden;
-  p.input_scales = x_scales;
-  p.scale_stride = pr.tokens;
-  p.output = static_cast<__nv_bfloat16*>(pr.act);
-  p.ld_output = pr.inter;
-  p.n_out = static_cast<int>(pr.inter);
-  p.k = static_cast<int>(pr.hidden);
-  VLLM_RETURN_IF_ERROR(
-      detail::launch_moe_grouped_gemm_wgmma_fp8(p, /*gate_up=*/true, plan.max_tiles, stream));
-
-  q.x = pr.act;
-  q.ldx = pr.inter;
-  q.q = act_q;
-  q.scales = act_scales;
-  q.m = plan.capacity;
-  q.k = pr.inter;
-  VLLM_RETURN_IF_ERROR(detail::launch_fp8_quantize_token_groups(q, stream));
-
-  p.weight = static_cast<const uint8_t*>(pr.down);
-  p.expert_stride = pr.hidden * pr.inter;
-  p.w_scales = fp8_scales_of(args.down_scale_inv, args.down_block);
-  p.input = act_q;
-  p.ld_input = pr.inter;
-  p.input_scales = act_scales;
-  p.scale_stride = plan.capacity;
-  p.output = static_cast<__nv_bfloat16*>(pr.y);
-  p.ld_output = pr.hidden;
-  p.n_out = static_cast<int>(pr.hidden);
-  p.k = static_cast<int>(pr.inter);
-  return detail::launch_moe_grouped_gemm_wgmma_fp8(p, /*gate_up=*/false, plan.max_tiles, stream);
+  VLLM_RETURN_IF_ERROR(quantize(pr.x, pr.ldx, pr.tokens, pr.hidden, x_q, x_scales));
+  VLLM_RETURN_IF_ERROR(projection(/*gate_up=*/true, x_q, x_scales, pr.tokens));
+  VLLM_RETURN_IF_ERROR(quantize(pr.act, pr.inter, plan.capacity, pr.inter, act_q, act_scales));
+  return projection(/*gate_up=*/false, act_q, act_scales, plan.capacity);
 }
 
 }  // namespace
@@ -943,7 +933,7 @@ Status moe_experts(const Tensor& x, const Tensor& topk_weights, const Tensor& to
     VLLM_RETURN_IF_ERROR(check_launch("moe_plan_scatter_kernel"));
   }
   if (w8a8) {
-    VLLM_RETURN_IF_ERROR(launch_w8a8(problem, plan, args, base, layout, stream));
+    VLLM_RETURN_IF_ERROR(launch_w8a8(problem, plan, base, layout, stream));
   } else if (choice.path == MoePath::kGroupedGemm) {
     VLLM_RETURN_IF_ERROR(detail::launch_moe_grouped_gemm(problem, plan, choice.tile_rows, stream));
   } else {

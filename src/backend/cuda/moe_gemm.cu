@@ -74,10 +74,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-__device__ __forceinline__ float silu(float v) {
-  return v / (1.0f + expf(-v));
-}
-
 template <int kTileRows, bool kGateUp>
 __global__ void __launch_bounds__(kThreads) moe_grouped_gemm_kernel(GroupedGemmParams p) {
   pdl_wait();

@@ -53,10 +53,6 @@ struct GemvParams {
   MoeFp8Scales scales;
 };
 
-__device__ __forceinline__ float silu(float v) {
-  return v / (1.0f + expf(-v));
-}
-
 // kN: elements per chunk (16 bytes, or 1); kRows weight rows per warp; kUnroll chunks of each
 // row loaded ahead; kGateUp: the gate/up product with the SiLU product as output.
 template <typename T, int kN, int kRows, int kUnroll, bool kGateUp>

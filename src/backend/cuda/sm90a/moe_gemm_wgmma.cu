@@ -64,15 +64,6 @@ struct Tile {
   static_assert(kSmemBytes <= 227 * 1024);
 };
 
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait_pending() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ float silu(float v) {
-  return v / (1.0f + expf(-v));
-}
-
 template <int kRows, bool kGateUp>
 __global__ void __launch_bounds__(kThreads, 1) moe_grouped_gemm_wgmma_kernel(GroupedGemmParams p) {
   using L = Tile<kRows>;

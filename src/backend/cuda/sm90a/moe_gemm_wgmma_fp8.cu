@@ -58,15 +58,6 @@ constexpr size_t kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slac
 static_assert(kSmemBytes <= 227 * 1024);
 static_assert(kRows * kOutPitch * 2 <= kStages * kStageBytes);
 
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait_pending() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ float silu(float v) {
-  return v / (1.0f + expf(-v));
-}
-
 template <bool kGateUp>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_grouped_gemm_wgmma_fp8_kernel(Fp8GroupedGemmParams p) {
