@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "backend/cpu/weight_memory.h"
@@ -259,8 +260,8 @@ Expected<LinearWeight> DeviceWeights::place_linear(const std::string& name, Line
   if (ctx_.device.is_cuda() && w.device().is_cpu()) {
     // The e4m3 bytes and the F32 scales as they are: the FP8 kernels read them.
     LinearWeight placed(Tensor(), Tensor(), w.block);
-    for (auto [src, dst] : {std::pair{&w.weight, &placed.weight},
-                            std::pair{&w.scale_inv, &placed.scale_inv}}) {
+    for (auto [src, dst] :
+         {std::pair{&w.weight, &placed.weight}, std::pair{&w.scale_inv, &placed.scale_inv}}) {
       auto t = Tensor::try_empty(src->shape(), src->dtype(), ctx_.device);
       if (!t) return out_of_memory(name, *src, ctx_.device, t.status());
       VLLM_RETURN_IF_ERROR(ops::copy(ctx_, *src, *t));
@@ -299,16 +300,41 @@ Expected<Tensor> DeviceWeights::place(const std::string& name, const Tensor& hos
 }
 
 DummyWeights::DummyWeights(DType dtype, Device device, uint64_t seed,
-                           std::optional<WeightBlock> fp8_block)
-    : dtype_(dtype), device_(device), fp8_block_(fp8_block), seed_(seed) {
+                           std::optional<WeightBlock> fp8_block,
+                           std::vector<std::string> unquantized)
+    : dtype_(dtype),
+      device_(device),
+      fp8_block_(fp8_block),
+      unquantized_(std::move(unquantized)),
+      seed_(seed) {
   VLLM_CHECK_MSG(device.is_cpu() || device.is_meta(), "dummy weights on {}", device.to_string());
   VLLM_CHECK_MSG(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
                  "dummy weights of dtype {}", dtype_name(dtype));
 }
 
 DummyWeights::DummyWeights(const ExecContext& ctx, uint64_t seed,
-                           std::optional<WeightBlock> fp8_block)
-    : dtype_(ctx.act_dtype), device_(ctx.device), fp8_block_(fp8_block), ctx_(&ctx), seed_(seed) {}
+                           std::optional<WeightBlock> fp8_block,
+                           std::vector<std::string> unquantized)
+    : dtype_(ctx.act_dtype),
+      device_(ctx.device),
+      fp8_block_(fp8_block),
+      unquantized_(std::move(unquantized)),
+      ctx_(&ctx),
+      seed_(seed) {}
+
+bool DummyWeights::quantized(const std::string& name) const {
+  if (!fp8_block_) return false;
+  constexpr std::string_view kSuffix = ".weight";
+  std::string_view module = name;
+  if (module.ends_with(kSuffix)) module.remove_suffix(kSuffix.size());
+  for (const std::string& skip : unquantized_) {
+    if (module == skip ||
+        (module.starts_with(skip) && module.size() > skip.size() && module[skip.size()] == '.')) {
+      return false;
+    }
+  }
+  return true;
+}
 
 uint64_t DummyWeights::stream_of(const std::string& name) {
   // One counter-based stream per tensor, keyed by the order names are first asked for.
@@ -378,7 +404,7 @@ Expected<LinearWeight> DummyWeights::get_linear_slice(const std::string& name, c
                                                       const WeightSlice& slice) {
   // Float: the slice's values (get_slice). FP8: those values quantized on their own, block by
   // block from the slice's first row and column (a shard's grid, not the full tensor's).
-  if (!fp8_block_) {
+  if (!quantized(name)) {
     VLLM_ASSIGN_OR_RETURN(Tensor values, get_slice(name, full, slice));
     return LinearWeight(std::move(values));
   }
@@ -506,6 +532,15 @@ Expected<Tensor> scales_per_row(const LinearWeight& w) {
   return out;
 }
 
+bool fp8_grids_stack(const std::vector<LinearWeight>& parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!parts[i].is_fp8()) continue;
+    if (parts[i].block != parts[0].block) return false;
+    if (i + 1 < parts.size() && parts[i].size(0) % parts[i].block.n != 0) return false;
+  }
+  return true;
+}
+
 Expected<LinearWeight> concat_linear_rows(const std::vector<LinearWeight>& parts,
                                           const ExecContext* ctx) {
   VLLM_CHECK(!parts.empty());
@@ -520,12 +555,7 @@ Expected<LinearWeight> concat_linear_rows(const std::vector<LinearWeight>& parts
   }
   VLLM_ASSIGN_OR_RETURN(Tensor weight, concat_rows(weights, ctx));
   if (!parts[0].is_fp8()) return LinearWeight(std::move(weight));
-  // The grids stack where each part but the last ends on a block boundary.
-  bool aligned = true;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    aligned &= parts[i].block.n == parts[0].block.n &&
-               (i + 1 == parts.size() || parts[i].size(0) % parts[i].block.n == 0);
-  }
+  const bool aligned = fp8_grids_stack(parts);
   std::vector<Tensor> scales;
   for (const LinearWeight& p : parts) {
     if (aligned) {
@@ -547,7 +577,8 @@ Expected<LinearWeight> concat_linear_rows(const std::vector<LinearWeight>& parts
         std::memcpy(per_row.data<float>() + n * cols, host.data<float>() + (n / p.block.n) * cols,
                     static_cast<size_t>(cols) * sizeof(float));
       }
-      VLLM_ASSIGN_OR_RETURN(Tensor placed, empty_weight({rows, cols}, DType::kF32, p.device(), ctx));
+      VLLM_ASSIGN_OR_RETURN(Tensor placed,
+                            empty_weight({rows, cols}, DType::kF32, p.device(), ctx));
       VLLM_RETURN_IF_ERROR(ops::copy(*ctx, per_row, placed));
       scales.push_back(placed);
     }

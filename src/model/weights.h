@@ -139,7 +139,9 @@ class DeviceWeights final : public WeightSource {
 // 1e-3 / 448 for every block (the same [-1e-3, 1e-3] range, the e4m3 value grid).
 // With an FP8 block (an FP8 config), linear weights on the CPU are those values quantized to
 // block FP8 (quantize_fp8_blocks: real e4m3 codes, one scale per block from the block's
-// largest value), and on the meta device FP8 shapes with their scale grids.
+// largest value), and on the meta device FP8 shapes with their scale grids. Modules the
+// config's modules_to_not_convert names (`unquantized`: a module, or a parent of it) stay
+// float, as they are in the checkpoint.
 // Optional tensors (contains() is false) are left out.
 //
 // Each tensor has its own counter-based stream (base/counter_rng.h), keyed by the order in
@@ -150,9 +152,10 @@ class DeviceWeights final : public WeightSource {
 class DummyWeights final : public WeightSource {
  public:
   DummyWeights(DType dtype, Device device, uint64_t seed = 0,
-               std::optional<WeightBlock> fp8_block = {});
-  DummyWeights(const ExecContext& ctx, uint64_t seed = 0,
-               std::optional<WeightBlock> fp8_block = {});
+               std::optional<WeightBlock> fp8_block = {},
+               std::vector<std::string> unquantized = {});
+  DummyWeights(const ExecContext& ctx, uint64_t seed = 0, std::optional<WeightBlock> fp8_block = {},
+               std::vector<std::string> unquantized = {});
   Expected<Tensor> get(const std::string& name, const Shape& shape) override;
   Expected<Tensor> get_slice(const std::string& name, const Shape& shape,
                              const WeightSlice& slice) override;
@@ -168,10 +171,13 @@ class DummyWeights final : public WeightSource {
 
  private:
   uint64_t stream_of(const std::string& name);
+  // Whether linear weight `name` ("<module>.weight" or an expert stack) is FP8 here.
+  bool quantized(const std::string& name) const;
 
   DType dtype_;
   Device device_;
   std::optional<WeightBlock> fp8_block_;
+  std::vector<std::string> unquantized_;
   const ExecContext* ctx_ = nullptr;  // device fills
   uint64_t seed_ = 0;
   std::map<std::string, int64_t> numel_by_name_;
@@ -199,9 +205,13 @@ bool same_weight_format(const LinearWeight& a, const LinearWeight& b);
 // "BF16", or "F8_E4M3 (128x128 blocks)".
 std::string weight_format(const LinearWeight& w);
 
+// Whether FP8 parts of one format stack into one block grid: the same block, and every part
+// but the last a whole number of block rows. True for float parts.
+bool fp8_grids_stack(const std::vector<LinearWeight>& parts);
+
 // concat_rows for linear weights of one format (a fused q|k|v or gate|up). FP8 parts keep
-// their scale grid where every part but the last has a whole number of block rows; otherwise
-// the result holds one scale row per weight row (block.n = 1), the same values.
+// their scale grid where fp8_grids_stack; otherwise the result holds one scale row per weight
+// row (block.n = 1), the same values.
 Expected<LinearWeight> concat_linear_rows(const std::vector<LinearWeight>& parts,
                                           const ExecContext* ctx = nullptr);
 // Rows [begin, end) of a 2-D linear weight: views where the rows start and end on block

@@ -18,6 +18,7 @@
 
 #include "engine/engine_args.h"
 #include "loader/safetensors.h"
+#include "model/layers/gdn.h"
 #include "model/model.h"
 #include "model/models/registry.h"
 #include "model/weights.h"
@@ -217,6 +218,75 @@ TEST(Fp8Dummy, DummyLinearWeightsAreFp8WithPlausibleScales) {
   auto norm = dummy.get("layers.0.input_layernorm.weight", {260});
   ASSERT_TRUE(norm.has_value());
   EXPECT_EQ(norm->dtype(), DType::kBF16);
+}
+
+TEST(Fp8Dummy, ModulesToNotConvertStayFloat) {
+  // The config's modules_to_not_convert: a module, or a parent of it; a longer name that only
+  // starts the same way is quantized.
+  DummyWeights dummy(DType::kBF16, Device::cpu(), 3, WeightBlock{128, 128},
+                     {"m.layers.0.linear_attn.in_proj_a", "m.visual"});
+  for (const char* name :
+       {"m.layers.0.linear_attn.in_proj_a.weight", "m.visual.blocks.0.qkv.weight"}) {
+    auto w = dummy.get_linear(name, {128, 256});
+    ASSERT_TRUE(w.has_value()) << w.status().to_string();
+    EXPECT_FALSE(w->is_fp8()) << name;
+    EXPECT_EQ(w->dtype(), DType::kBF16) << name;
+  }
+  for (const char* name : {"m.layers.0.linear_attn.in_proj_ab.weight", "m.visualizer.weight",
+                           "m.layers.0.linear_attn.in_proj_b.weight"}) {
+    auto w = dummy.get_linear(name, {128, 256});
+    ASSERT_TRUE(w.has_value()) << w.status().to_string();
+    EXPECT_TRUE(w->is_fp8()) << name;
+  }
+}
+
+TEST(Fp8Dummy, GdnInputProjectionKeepsItsBlockGrid) {
+  // b and a (Hv rows each) are no whole 128-row block: fused behind q | k | v | z they would
+  // leave the big product one scale row per weight row, which the block-scaled W8A8 GEMM
+  // cannot take. With the checkpoint's BF16 b / a, and with b / a quantized at load, q | k |
+  // v | z stays one 128 x 128 grid and b | a is a second product.
+  GdnSpec spec;
+  spec.hidden_size = 256;
+  spec.num_key_heads = 2;
+  spec.num_value_heads = 4;
+  spec.key_head_dim = 128;
+  spec.value_head_dim = 128;
+  spec.conv_kernel = 4;
+  const ExecContext ctx;
+  const std::string a = "model.language_model.layers.0.linear_attn.";
+  for (bool checkpoint_bf16_ba : {true, false}) {
+    std::vector<std::string> unquantized;
+    if (checkpoint_bf16_ba) unquantized = {a + "in_proj_a", a + "in_proj_b", a + "conv1d"};
+    DummyWeights dummy(DType::kBF16, Device::cpu(), 5, WeightBlock{128, 128}, unquantized);
+    GdnLayer layer;
+    ASSERT_TRUE(layer.load(dummy, a, spec, ctx).is_ok());
+    const LinearWeight& qkvz = layer.in_proj();
+    ASSERT_TRUE(qkvz.is_fp8());
+    EXPECT_EQ(qkvz.shape(), (Shape{spec.conv_dim() + spec.value_dim(), 256}));
+    EXPECT_EQ(qkvz.block, (WeightBlock{128, 128}));
+    EXPECT_EQ(qkvz.scale_inv.shape(), (Shape{(spec.conv_dim() + spec.value_dim()) / 128, 2}));
+    const LinearWeight& ba = layer.in_proj_ba();
+    ASSERT_TRUE(ba.weight.defined());
+    EXPECT_EQ(ba.shape(), (Shape{2 * spec.num_value_heads, 256}));
+    EXPECT_EQ(ba.is_fp8(), !checkpoint_bf16_ba);
+  }
+}
+
+TEST(Fp8Dummy, FloatGdnInputProjectionIsOneMatrix) {
+  GdnSpec spec;
+  spec.hidden_size = 256;
+  spec.num_key_heads = 2;
+  spec.num_value_heads = 4;
+  spec.key_head_dim = 128;
+  spec.value_head_dim = 128;
+  spec.conv_kernel = 4;
+  const ExecContext ctx;
+  DummyWeights dummy(DType::kBF16, Device::cpu(), 5);
+  GdnLayer layer;
+  ASSERT_TRUE(layer.load(dummy, "layers.0.linear_attn.", spec, ctx).is_ok());
+  EXPECT_EQ(layer.in_proj().shape(),
+            (Shape{spec.conv_dim() + spec.value_dim() + 2 * spec.num_value_heads, 256}));
+  EXPECT_FALSE(layer.in_proj_ba().weight.defined());
 }
 
 TEST(Fp8Dummy, LoadFormatDummyRunsAnFp8Config) {

@@ -87,11 +87,13 @@ Status GdnLayer::load(WeightSource& w, const std::string& a, const GdnSpec& spec
       parts.push_back(std::move(t));
     }
   }
-  // One GEMM for all six parts when q | k | v | z and b | a share a format; two otherwise
-  // (FP8 checkpoints keep in_proj_b / in_proj_a in BF16: modules_to_not_convert).
-  if (same_weight_format(qkvz_parts[0], ba_parts[0])) {
-    std::vector<LinearWeight> all = qkvz_parts;
-    all.insert(all.end(), ba_parts.begin(), ba_parts.end());
+  // One GEMM for all six parts when q | k | v | z and b | a share a format and, in FP8,
+  // their block grids stack; two otherwise. FP8 checkpoints keep in_proj_b / in_proj_a in BF16
+  // (modules_to_not_convert); quantized at load, b and a have too few rows for a whole block,
+  // and fusing them would leave the large q | k | v | z product without its 128-row blocks.
+  std::vector<LinearWeight> all = qkvz_parts;
+  all.insert(all.end(), ba_parts.begin(), ba_parts.end());
+  if (same_weight_format(qkvz_parts[0], ba_parts[0]) && fp8_grids_stack(all)) {
     VLLM_ASSIGN_OR_RETURN(in_proj_, concat_linear_rows(all, &ctx));
     in_proj_ba_ = LinearWeight();
   } else {

@@ -1,6 +1,7 @@
 // The Gated DeltaNet mixer of the Qwen3.5 / Qwen3.6 / Qwen3-Next hybrids (transformers'
 // Qwen3_5GatedDeltaNet), over the op layer:
-//   [q | k | v | z | b | a] = x @ in_proj^T         one fused GEMM (two for mixed formats)
+//   [q | k | v | z | b | a] = x @ in_proj^T         one fused GEMM (two for mixed formats
+//                                                    and FP8 block grids that do not stack)
 //   q, k, v = silu(causal_conv1d([q | k | v]))      continuing from the conv state
 //   g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
 //   o = gated_delta_rule(q, k, v, g, beta)           continuing from the recurrent state
@@ -53,6 +54,11 @@ class GdnLayer {
   Status forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm, const StepInputs& in,
                           Tensor& conv_state, Tensor& ssm_state, Tensor& out) const;
 
+  // The input projection as loaded (see in_proj_ below); in_proj_ba() is undefined when one
+  // matrix holds all six parts.
+  const LinearWeight& in_proj() const { return in_proj_; }
+  const LinearWeight& in_proj_ba() const { return in_proj_ba_; }
+
  private:
   // forward() after the input projection: proj [T, conv_dim + value_dim + 2 * Hv].
   Status mix(const ExecContext& ctx, const Tensor& proj, const StepInputs& in, Tensor& conv_state,
@@ -60,8 +66,9 @@ class GdnLayer {
 
   GdnSpec spec_;  // this rank's heads
   // [conv_dim + value_dim + 2 * Hv, hidden]: q | k | v | z | b | a; or, when b and a come in
-  // another weight format than the rest (an FP8 checkpoint's BF16 in_proj_b / in_proj_a),
-  // [conv_dim + value_dim, hidden]: q | k | v | z, with in_proj_ba_ [2 * Hv, hidden]: b | a.
+  // another weight format than the rest (an FP8 checkpoint's BF16 in_proj_b / in_proj_a) or
+  // would break q | k | v | z's FP8 block grid, [conv_dim + value_dim, hidden]: q | k | v | z,
+  // with in_proj_ba_ [2 * Hv, hidden]: b | a.
   LinearWeight in_proj_;
   LinearWeight in_proj_ba_;
   Tensor conv_weight_;      // [conv_dim, K]

@@ -57,11 +57,14 @@ Expected<std::unique_ptr<Model>> load_model(const std::filesystem::path& model_d
     }
     const std::optional<WeightBlock> fp8 =
         quantize ? std::optional<WeightBlock>(WeightBlock{128, 128}) : checkpoint_fp8;
+    // Dummy FP8 weights leave float what the checkpoint leaves float.
+    std::vector<std::string> unquantized;
+    if (checkpoint_fp8) unquantized = config.quantization->modules_to_not_convert;
     VLLM_ASSIGN_OR_RETURN(options.runtime, runtime_for(options));
     if (options.load_format == "dummy" && options.device.is_cuda()) {
       // Made on the device directly, in the activation dtype; linear weights in FP8 for FP8
       // configs (and --quantization fp8).
-      DummyWeights weights(options.runtime->context(), 0, fp8);
+      DummyWeights weights(options.runtime->context(), 0, fp8, unquantized);
       return create_model(config, weights, options);
     }
     if (options.load_format == "dummy") {
@@ -70,7 +73,7 @@ Expected<std::unique_ptr<Model>> load_model(const std::filesystem::path& model_d
       const DType dtype = config.dtype == "bfloat16"  ? DType::kBF16
                           : config.dtype == "float16" ? DType::kF16
                                                       : DType::kF32;
-      DummyWeights weights(dtype, Device::cpu(), 0, fp8);
+      DummyWeights weights(dtype, Device::cpu(), 0, fp8, unquantized);
       return create_model(config, weights, options);
     }
     if (options.load_format == "auto" || options.load_format == "safetensors") {
