@@ -25,13 +25,17 @@ template <typename TX>
 __global__ void __launch_bounds__(kQuantWarps* kWarpSize)
     fp8_quantize_token_groups_kernel(const TX* __restrict__ x, int64_t ldx, uint8_t* __restrict__ q,
                                      float* __restrict__ scales, int64_t m, int64_t m_pad,
-                                     int64_t groups) {
+                                     int64_t groups, const int32_t* __restrict__ row_pairs,
+                                     const int32_t* __restrict__ rows_used) {
   pdl_wait();
   pdl_launch_next();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kQuantWarps + threadIdx.x / kWarpSize;
   if (task >= m_pad * groups) return;
   const int64_t row = task / groups, g = task % groups;
+  // Grouped MoE rows: padding and rows past the plan's last are left as they are.
+  if (rows_used != nullptr && row >= *rows_used) return;
+  if (row_pairs != nullptr && row_pairs[row] < 0) return;
   const int64_t k0 = g * kFp8ActivationGroup;
   if (row >= m) {  // padding: zero codes under a unit scale
     uint8_t* dst = q + row * groups * kFp8ActivationGroup + k0;
@@ -91,10 +95,11 @@ Status launch_fp8_quantize_token_groups(const Fp8QuantizeProblem& p, cudaStream_
   if (p.x_dtype == DType::kBF16) {
     launch_pdl(fp8_quantize_token_groups_kernel<__nv_bfloat16>, grid, kQuantWarps * kWarpSize, 0,
                stream, static_cast<const __nv_bfloat16*>(p.x), p.ldx, p.q, p.scales, p.m, m_pad,
-               groups);
+               groups, p.row_pairs, p.rows_used);
   } else {
     launch_pdl(fp8_quantize_token_groups_kernel<float>, grid, kQuantWarps * kWarpSize, 0, stream,
-               static_cast<const float*>(p.x), p.ldx, p.q, p.scales, p.m, m_pad, groups);
+               static_cast<const float*>(p.x), p.ldx, p.q, p.scales, p.m, m_pad, groups,
+               p.row_pairs, p.rows_used);
   }
   return check_launch("fp8_quantize_token_groups_kernel");
 }

@@ -1,5 +1,5 @@
-// Internal to the CUDA backend (gemm.cu's W8A8 linear): the activation side of W8A8 block
-// FP8, the per-token-group quantization tensor/block_fp8.h defines
+// Internal to the CUDA backend (gemm.cu's W8A8 linear, moe.cu's W8A8 experts): the activation side
+// of W8A8 block FP8, the per-token-group quantization tensor/block_fp8.h defines
 // (quantize_fp8_token_groups), written in the layouts cuBLASLt's block-scaled FP8 matmul reads.
 // Plain C++ (no device code).
 #pragma once
@@ -27,6 +27,11 @@ struct Fp8QuantizeProblem {
   // Rows [m, m_pad) are padding: codes 0 under scale 1, so they add nothing to a product
   // (cuBLASLt's per-group scale vectors want m_pad a multiple of 4). 0: m_pad = m.
   int64_t m_pad = 0;
+  // Grouped MoE rows (moe_plan.cuh), both device pointers or null: rows r with row_pairs[r] < 0
+  // (padding) or r >= *rows_used (past the plan's last expert) are not read or written. The
+  // W8A8 down projection reads neither (it zero-fills padding rows).
+  const int32_t* row_pairs = nullptr;
+  const int32_t* rows_used = nullptr;
 };
 
 // One warp per (row, group): the group's amax, its scale, its 128 e4m3 values, exactly the

@@ -232,7 +232,9 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const int64_t* i
   for (int64_t tile = total_rows / align + tid; tile < plan.max_tiles; tile += kPlanThreads) {
     plan.tile_expert[tile] = -1;
   }
-  __syncthreads();  // cursors set
+  // Every row starts as padding; the scatter below overwrites the rows that get a pair.
+  for (int row = tid; row < total_rows; row += kPlanThreads) plan.sorted_pairs[row] = -1;
+  __syncthreads();  // cursors set, rows marked
   for (int64_t p = tid; p < plan.pairs; p += kPlanThreads) {
     const int64_t e = ids[p];
     int row = -1;
@@ -241,9 +243,6 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_kernel(const int64_t* i
       plan.sorted_pairs[row] = static_cast<int>(p);
     }
     plan.pair_row[p] = row;
-  }
-  if (tid < experts) {
-    for (int row = start + n; row < start + padded; ++row) plan.sorted_pairs[row] = -1;
   }
 }
 
@@ -305,7 +304,6 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_offsets_kernel(MoePlan 
       *c = base;
       base += count;
     }
-    for (int row = start + n; row < start + padded; ++row) plan.sorted_pairs[row] = -1;
   }
   if (tid == 0) {
     plan.offsets[experts] = total_rows;
@@ -314,6 +312,8 @@ __global__ void __launch_bounds__(kPlanThreads) moe_plan_offsets_kernel(MoePlan 
   for (int64_t tile = total_rows / align + tid; tile < plan.max_tiles; tile += kPlanThreads) {
     plan.tile_expert[tile] = -1;
   }
+  // Every row starts as padding; the scatter kernel overwrites the rows that get a pair.
+  for (int row = tid; row < total_rows; row += kPlanThreads) plan.sorted_pairs[row] = -1;
 }
 
 __global__ void __launch_bounds__(kPlanThreads)
@@ -613,8 +613,8 @@ Expected<PathChoice> choose_path(std::string_view op, const Dims& d, DType dtype
     if (d.tokens <= kMoePairMaxTokens && pair_shapes_ok(d, dtype)) {
       c.path = MoePath::kPairGemv;
     } else {
-      // FP8 experts: the gather GEMV at every size for now; their grouped GEMM runs only when
-      // asked for (MoePath::kGroupedGemm), its speed against the gather GEMV not yet measured.
+      // FP8 experts: the W8A8 grouped GEMM where it takes them (128 x 128 blocks, sm_90),
+      // else the gather GEMV; their W8A16 grouped GEMM runs only when asked for.
       if (d.tokens > kMoeGemvMaxTokens && d.w8a8_ok) {
         c.path = MoePath::kGroupedGemmW8A8;
       } else {
@@ -720,8 +720,12 @@ Status launch_w8a8(const MoeProblem& pr, const MoePlan& plan, char* base, const 
   };
   // `rows` rows of `src` (row stride ld, k columns) into e4m3 `q` and its group scales.
   auto quantize = [&](const void* src, int64_t ld, int64_t rows, int64_t k, uint8_t* q,
-                      float* scales) {
+                      float* scales, bool grouped_rows) {
     detail::Fp8QuantizeProblem qp;
+    if (grouped_rows) {  // only the rows that hold a pair
+      qp.row_pairs = plan.sorted_pairs;
+      qp.rows_used = plan.offsets + plan.num_experts;
+    }
     qp.x_dtype = DType::kBF16;
     qp.x = src;
     qp.ldx = ld;
@@ -735,9 +739,10 @@ Status launch_w8a8(const MoeProblem& pr, const MoePlan& plan, char* base, const 
   auto* x_scales = reinterpret_cast<float*>(base + l.x_scales);
   auto* act_q = reinterpret_cast<uint8_t*>(base + l.act_q);
   auto* act_scales = reinterpret_cast<float*>(base + l.act_scales);
-  VLLM_RETURN_IF_ERROR(quantize(pr.x, pr.ldx, pr.tokens, pr.hidden, x_q, x_scales));
+  VLLM_RETURN_IF_ERROR(quantize(pr.x, pr.ldx, pr.tokens, pr.hidden, x_q, x_scales, false));
   VLLM_RETURN_IF_ERROR(projection(/*gate_up=*/true, x_q, x_scales, pr.tokens));
-  VLLM_RETURN_IF_ERROR(quantize(pr.act, pr.inter, plan.capacity, pr.inter, act_q, act_scales));
+  VLLM_RETURN_IF_ERROR(
+      quantize(pr.act, pr.inter, plan.capacity, pr.inter, act_q, act_scales, true));
   return projection(/*gate_up=*/false, act_q, act_scales, plan.capacity);
 }
 

@@ -85,12 +85,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int j = 0; j < kActCopies; ++j) {
     const int64_t row = row0 + r0 + j * kRowsPerPass;
-    const uint8_t* src = nullptr;  // null: a zero row
-    if constexpr (kGateUp) {
-      const int pair = p.sorted_pairs[row];
-      if (pair >= 0) src = p.input + static_cast<int64_t>(pair / p.top_k) * p.ld_input;
-    } else {
-      src = p.input + row * p.ld_input;
+    const uint8_t* src = nullptr;  // null: a zero row (padding, whose codes nobody wrote)
+    const int pair = p.sorted_pairs[row];
+    if (pair >= 0) {
+      src = p.input + (kGateUp ? static_cast<int64_t>(pair / p.top_k) : row) * p.ld_input;
     }
     act_src[j] = src;
   }
@@ -138,12 +136,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t row = row0 + er + 8 * h;
-    if constexpr (kGateUp) {
-      const int pair = p.sorted_pairs[row];
-      scale_index[h] = pair >= 0 ? pair / p.top_k : -1;
-    } else {
-      scale_index[h] = row;
-    }
+    const int pair = p.sorted_pairs[row];
+    scale_index[h] = pair < 0 ? -1 : kGateUp ? pair / p.top_k : row;
   }
   // Weight block scales: gate/up rows (col0 / 128 and (I + col0) / 128), down rows col0 / 128.
   const float* w_scales = p.w_scales.at + static_cast<int64_t>(e) * p.w_scales.expert_stride;
