@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "base/float_convert.h"
 #include "tensor/tensor.h"
@@ -102,6 +103,56 @@ inline ::testing::AssertionResult relative_l2(const Tensor& got, const Tensor& r
     return ::testing::AssertionFailure() << "relative L2 error " << error << " > " << tolerance;
   }
   return ::testing::AssertionSuccess() << "relative L2 error " << error;
+}
+
+// Products out[m][n] = sum_k x[m][k] w[n][k] against a reference, each output's error relative
+// to |w_n| |x_m| (the scale of its sum's terms, which bounds it): max over (m, n) of
+// |got - ref| / (|w_n| |x_m|) <= tolerance. got, ref [M, N], w [N, K] and x [M, K], all F32.
+// Unlike relative_l2 over the whole output, one large output (a weight block at the e4m3
+// maximum) does not hide the errors of the others. Non-finite outputs fail.
+inline ::testing::AssertionResult close_products(const Tensor& got, const Tensor& ref,
+                                                 const Tensor& w, const Tensor& x,
+                                                 double tolerance) {
+  const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
+  if (got.shape() != Shape{m, n} || ref.shape() != Shape{m, n} || x.size(1) != k ||
+      got.dtype() != DType::kF32 || ref.dtype() != DType::kF32 || w.dtype() != DType::kF32 ||
+      x.dtype() != DType::kF32) {
+    return ::testing::AssertionFailure()
+           << "cannot compare " << got.to_string() << " with " << ref.to_string() << " for "
+           << x.to_string() << " x " << w.to_string() << "^T";
+  }
+  const Tensor g = got.is_contiguous() ? got : got.clone();
+  const Tensor r = ref.is_contiguous() ? ref : ref.clone();
+  const Tensor wc = w.is_contiguous() ? w : w.clone();
+  const Tensor xc = x.is_contiguous() ? x : x.clone();
+  auto norm = [k](const float* row) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < k; ++i) sum += static_cast<double>(row[i]) * row[i];
+    return std::sqrt(sum);
+  };
+  std::vector<double> x_norm(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) x_norm[i] = norm(xc.data<float>() + i * k);
+  double worst = 0.0;
+  int64_t worst_at = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double w_norm = norm(wc.data<float>() + j * k);
+    for (int64_t i = 0; i < m; ++i) {
+      const double scale = w_norm * x_norm[i] > 0.0 ? w_norm * x_norm[i] : 1.0;
+      const double a = g.data<float>()[i * n + j], b = r.data<float>()[i * n + j];
+      const double error = std::isfinite(a) ? std::abs(a - b) / scale : INFINITY;
+      if (!(error <= worst)) {
+        worst = error;
+        worst_at = i * n + j;
+      }
+    }
+  }
+  if (!(worst <= tolerance)) {
+    return ::testing::AssertionFailure()
+           << "error " << worst << " > " << tolerance << " (relative to |w_n| |x_m|) at row "
+           << worst_at / n << ", feature " << worst_at % n << ": " << g.data<float>()[worst_at]
+           << " against " << r.data<float>()[worst_at];
+  }
+  return ::testing::AssertionSuccess() << "error " << worst << " relative to |w_n| |x_m|";
 }
 
 }  // namespace vllm::cuda_test

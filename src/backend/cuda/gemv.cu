@@ -23,11 +23,28 @@
 // dropped); weight rows past N re-read row N - 1 (outputs dropped).
 //   Ending. Each warp writes its accumulator fragments to shared memory; the block sums
 // them over its warps in warp order, adds the bias in f32 and rounds once. Which warp sums
-// which k, and in which order, depends on K, the launch shape and the row tiles, never on M.
+// which k, and in which order, depends on K, the launch shape, the row tiles and the weight
+// format, never on M.
 //   K not a multiple of 8, or x / weight rows off 16-byte boundaries: the same kernel loads
 // each chunk one element at a time (zeros past K), one step per iteration.
 // Weights are loaded with L1::no_allocate: they are used once, and x (read by every block)
 // keeps L1 to itself.
+//
+// FP8 weights (block-scaled e4m3 under BF16 x, M <= 8: linear_fp8's decode products where
+// gemv_fp8_fits) take the same kernel, launch shapes and fused norm. A 16-byte load now holds
+// 16 weights, so a step is 64 k wide: lane (g, t) loads k [16t, 16t + 16) of weight rows g and
+// g + 8 and, as two 16-byte loads, of x row g, and the step is four m16n8k16, product i taking
+// the chunk's k [4i, 4i + 4) (word i of each weight chunk, words 2i and 2i + 1 of x's). A lane
+// still has 8 weight loads in flight (4 steps of one row tile or 2 of two: 4 KB per warp).
+// Each word of four e4m3 becomes two bf16x2 A registers (e4m3x4_to_bf16x4, fp8.cuh): each
+// code exactly, times its block's scale in f32, rounded to BF16 -- the values
+// fp8_dequantize_kernel writes -- so x meets the dequantized weight and the mma sums their
+// exact products in f32, as for BF16 weights; bit moves instead of conversion instructions
+// for all but the rounding, whose pipe would otherwise bound the kernel. block_n a multiple of
+// 16 gives a row tile one scale row and block_k a power of two makes a chunk's block a shift;
+// the scales are loaded with the weights (before pdl_wait), and x step by step just before its
+// products (the raw weights and the conversions leave too few registers for all steps' x at
+// once). Two row tiles need ~110 registers, so their blocks run 2 to an SM (kMinBlocks).
 //
 // F32, on CUDA cores in full f32 precision (no TF32): a warp owns 2 output features over all
 // of K, lanes take 16-byte chunks (or single elements) in turn, 2 per feature in flight, one
@@ -37,9 +54,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/fp8.cuh"
 #include "backend/cuda/gemv.cuh"
+#include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -82,6 +102,12 @@ struct GemvParams {
   const void* x;
   int64_t ldx;
   const void* weight;
+  // FP8 weights: the scale of row n, column k is
+  // scales[n / block_n * scale_cols + (k >> block_k_log2)].
+  const float* scales;
+  int64_t scale_cols;
+  int block_n;
+  int block_k_log2;
   ParamVec bias;
   void* out;
   int64_t ldo;
@@ -230,24 +256,44 @@ __device__ void gemv_norm_prologue(const GemvParams& p, const GemvNorm& nrm, uin
 // where ptxas then needs no spills, else 2 (<= 128). Unbounded, ptxas picks anywhere from 40
 // registers with spills to 110. Blocks of 16 warps serve outputs of at most one block per SM:
 // one; blocks of 12 warps those of one to two: 2 (<= 80 registers, no spills at M <= 8).
-template <int kNTiles, int kRowTiles, bool kVec, int kWarps>
-constexpr int kMinBlocks = kWarps > kMidBlockWarps ? 1
-                           : kWarps > kBlockWarps  ? 2
-                                                   : (!kVec || kNTiles * kRowTiles < 4 ? 3 : 2);
+// FP8 weights (one n8 tile) fit 80 registers with one row tile; two row tiles spill there
+// (their 32 raw weight registers and the conversions), so their 8-warp blocks take 2 (~110
+// registers) and their wider ones (never chosen: explicit launch shapes only) 1.
+template <int kNTiles, int kRowTiles, bool kVec, int kWarps, bool kFp8 = false>
+constexpr int kMinBlocks = kRowTiles > 1 && kFp8     ? (kWarps > kBlockWarps ? 1 : 2)
+                           : kWarps > kMidBlockWarps ? 1
+                           : kWarps > kBlockWarps    ? 2
+                                                     : (!kVec || kNTiles * kRowTiles < 4 ? 3 : 2);
+
+// k per step: 4 lanes x one 16-byte weight load each, 8 BF16 or 16 e4m3 weights.
+template <bool kFp8>
+constexpr int kStepKOf = kFp8 ? 2 * kStepK : kStepK;
+
+// Word i (0-3) of a 16-byte chunk; i is a constant once unrolled.
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
 
 // kNTiles: n8 tiles of x rows (M <= 8 * kNTiles); kRowTiles: 16-row weight tiles per block.
 // kNorm: the GemvNorm prologue first (kVec only; every warp has steps: launch_gemv_norm).
-template <int kNTiles, int kRowTiles, bool kVec, int kWarps, bool kNorm = false>
-__global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTiles, kVec, kWarps>))
+// kFp8: e4m3 weights with block scales (kVec, one n8 tile: launch_gemv's FP8 conditions).
+template <int kNTiles, int kRowTiles, bool kVec, int kWarps, bool kNorm = false, bool kFp8 = false>
+__global__ void __launch_bounds__(kWarps* kWarpSize,
+                                  (kMinBlocks<kNTiles, kRowTiles, kVec, kWarps, kFp8>))
     gemv_bf16_kernel(GemvParams p, GemvNorm nrm) {
+  static_assert(!kFp8 || (kVec && kNTiles == 1), "FP8 weights: 16-byte loads, M <= 8");
   // Weights are read before pdl_wait (their first loads overlap the previous kernel), x after.
   // The element-wise path issues 16 loads per chunk anyway: one step per iteration.
   constexpr int kSteps = kVec ? kStepLoads / kRowTiles : 1;
+  constexpr int kStepW = kStepKOf<kFp8>;
+  constexpr int kLaneK = kStepW / 4;             // k of one lane's chunk: 8 or 16
+  constexpr int kXLoads = kLaneK / 8;            // 16-byte loads of x per chunk: 1 or 2
   constexpr int kAcc = kRowTiles * kNTiles * 4;  // accumulators per lane
+  using WeightBits = std::conditional_t<kFp8, uint8_t, uint16_t>;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   const int g = lane / 4, t = lane % 4;
-  const uint16_t* weight = static_cast<const uint16_t*>(p.weight);
+  const WeightBits* weight = static_cast<const WeightBits*>(p.weight);
   const uint16_t* xrow[kNTiles];
   bool has_x[kNTiles];
 #pragma unroll
@@ -264,7 +310,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
   uint16_t* xs = reinterpret_cast<uint16_t*>(partial + warps * kAcc * kWarpSize);
   float* norm_scratch = reinterpret_cast<float*>(xs + p.m * p.k);  // kNorm: 32 floats
 
-  const int steps = static_cast<int>(ceil_div(p.k, kStepK));
+  const int steps = static_cast<int>(ceil_div(p.k, kStepW));
   bool waited = false;
   // The block's tiles of kTileRows * kRowTiles output features: one, but with kNorm the grid
   // may be smaller than the output (the wide launches normalise x once for several tiles).
@@ -272,7 +318,10 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
   const int64_t tiles = ceil_div(p.n, kTileRows * kRowTiles);
   for (int64_t tile = blockIdx.x;;) {  // block-uniform
     const int64_t row0 = tile * kTileRows * kRowTiles;
-    const uint16_t* wrow[kRowTiles][2];
+    const WeightBits* wrow[kRowTiles][2];
+    // kFp8: each row tile's scales (block_n a multiple of 16: one scale row for the tile; rows
+    // past N read any, their outputs are dropped).
+    [[maybe_unused]] const float* srow[kRowTiles];
 #pragma unroll
     for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
@@ -280,6 +329,11 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
         int64_t row = row0 + kTileRows * r + 8 * h + g;
         if (row >= p.n) row = p.n - 1;
         wrow[r][h] = weight + row * p.k;
+      }
+      if constexpr (kFp8) {
+        int64_t tile_row = row0 + kTileRows * r;
+        if (tile_row >= p.n) tile_row = p.n - 1;
+        srow[r] = p.scales + static_cast<int>(tile_row) / p.block_n * p.scale_cols;
       }
     }
 
@@ -298,14 +352,26 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
 
     for (int s0 = warp * kSteps; s0 < steps; s0 += warps * kSteps) {  // warp-uniform
       uint4 a[kSteps][kRowTiles][2];
-      uint4 b[kSteps][kNTiles];
+      uint4 b[kSteps][kNTiles][kXLoads];
+      [[maybe_unused]] float scale[kSteps][kRowTiles];  // kFp8: each chunk's block scale
 #pragma unroll
       for (int u = 0; u < kSteps; ++u) {
-        const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepK + 8 * t;
+        const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepW + kLaneK * t;
 #pragma unroll
         for (int r = 0; r < kRowTiles; ++r) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) a[u][r][h] = load_chunk8<kVec, true>(wrow[r][h], k0, p.k);
+          for (int h = 0; h < 2; ++h) {
+            if constexpr (kFp8) {  // k a multiple of 16: the chunk is all in or all out
+              a[u][r][h] = k0 < static_cast<uint32_t>(p.k) ? load_weight16(wrow[r][h] + k0)
+                                                           : make_uint4(0, 0, 0, 0);
+            } else {
+              a[u][r][h] = load_chunk8<kVec, true>(wrow[r][h], k0, p.k);
+            }
+          }
+          if constexpr (kFp8) {
+            scale[u][r] =
+                k0 < static_cast<uint32_t>(p.k) ? __ldg(srow[r] + (k0 >> p.block_k_log2)) : 0.0f;
+          }
         }
       }
       if (!waited) {
@@ -314,35 +380,63 @@ __global__ void __launch_bounds__(kWarps* kWarpSize, (kMinBlocks<kNTiles, kRowTi
         waited = true;
         if constexpr (kNorm) gemv_norm_prologue(p, nrm, xs, norm_scratch);
       }
-#pragma unroll
-      for (int u = 0; u < kSteps; ++u) {
-        const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepK + 8 * t;
+      // Step u's chunks of x: BF16 weights load them all before the products, FP8 weights each
+      // step's right before its own (the conversions leave too few registers for all).
+      auto load_x = [&](int u) {
+        const uint32_t k0 = static_cast<uint32_t>(s0 + u) * kStepW + kLaneK * t;
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) {
-          if constexpr (kNorm) {
-            b[u][j] = has_x[j] && k0 < static_cast<uint32_t>(p.k)
-                          ? *reinterpret_cast<const uint4*>(xs + (8 * j + g) * p.k + k0)
-                          : make_uint4(0, 0, 0, 0);
-          } else {
-            b[u][j] =
-                has_x[j] ? load_chunk8<kVec, false>(xrow[j], k0, p.k) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+          for (int q = 0; q < kXLoads; ++q) {
+            if constexpr (kNorm) {
+              b[u][j][q] =
+                  has_x[j] && k0 < static_cast<uint32_t>(p.k)
+                      ? *reinterpret_cast<const uint4*>(xs + (8 * j + g) * p.k + k0 + 8 * q)
+                      : make_uint4(0, 0, 0, 0);
+            } else {
+              b[u][j][q] = has_x[j] ? load_chunk8<kVec, false>(xrow[j], k0 + 8 * q, p.k)
+                                    : make_uint4(0, 0, 0, 0);
+            }
           }
         }
+      };
+      if constexpr (!kFp8) {
+#pragma unroll
+        for (int u = 0; u < kSteps; ++u) load_x(u);
       }
 #pragma unroll
       for (int u = 0; u < kSteps; ++u) {
+        if constexpr (kFp8) load_x(u);
 #pragma unroll
         for (int r = 0; r < kRowTiles; ++r) {
-          const uint4& lo = a[u][r][0];  // row g
-          const uint4& hi = a[u][r][1];  // row g + 8
-          const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y};
-          const uint32_t a1[4] = {lo.z, hi.z, lo.w, hi.w};
+          if constexpr (kFp8) {
+            // The chunk's 16 k are four m16n8k16: product i takes its k [4i, 4i + 4), A from
+            // word i of rows g and g + 8 (scaled and rounded to BF16 pairs), B from words 2i
+            // and 2i + 1 of x's 16 BF16.
 #pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            const uint32_t b0[2] = {b[u][j].x, b[u][j].y};
-            const uint32_t b1[2] = {b[u][j].z, b[u][j].w};
-            mma_m16n8k16_bf16(acc[r][j][0], a0, b0);
-            mma_m16n8k16_bf16(acc[r][j][kSums - 1], a1, b1);
+            for (int i = 0; i < 4; ++i) {
+              const uint2 lo = e4m3x4_to_bf16x4(word_of(a[u][r][0], i), scale[u][r]);
+              const uint2 hi = e4m3x4_to_bf16x4(word_of(a[u][r][1], i), scale[u][r]);
+              const uint32_t af[4] = {lo.x, hi.x, lo.y, hi.y};
+#pragma unroll
+              for (int j = 0; j < kNTiles; ++j) {
+                const uint4& xv = b[u][j][i / 2];
+                const uint32_t bf[2] = {word_of(xv, 2 * (i % 2)), word_of(xv, 2 * (i % 2) + 1)};
+                mma_m16n8k16_bf16(acc[r][j][i % kSums], af, bf);
+              }
+            }
+          } else {
+            const uint4& lo = a[u][r][0];  // row g
+            const uint4& hi = a[u][r][1];  // row g + 8
+            const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y};
+            const uint32_t a1[4] = {lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j) {
+              const uint32_t b0[2] = {b[u][j][0].x, b[u][j][0].y};
+              const uint32_t b1[2] = {b[u][j][0].z, b[u][j][0].w};
+              mma_m16n8k16_bf16(acc[r][j][0], a0, b0);
+              mma_m16n8k16_bf16(acc[r][j][kSums - 1], a1, b1);
+            }
           }
         }
       }
@@ -490,16 +584,18 @@ Status run(Kernel kernel, const char* name, int64_t blocks, int threads, size_t 
 #endif
 }
 
-template <int kNTiles, int kRowTiles, bool kVec>
+template <int kNTiles, int kRowTiles, bool kVec, bool kFp8 = false>
 Status launch_bf16(const GemvParams& p, int warps, cudaStream_t stream) {
   constexpr int kRows = kTileRows * kRowTiles;
   const size_t smem =
       static_cast<size_t>(warps) * kRowTiles * kNTiles * 4 * kWarpSize * sizeof(float);
-  const auto kernel =
-      warps > kMidBlockWarps ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kWideBlockWarps>
-      : warps > kBlockWarps  ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kMidBlockWarps>
-                             : gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kBlockWarps>;
-  return run(kernel, "gemv_bf16_kernel", ceil_div(p.n, kRows), warps * kWarpSize, smem, p, stream);
+  const auto kernel = warps > kMidBlockWarps
+                          ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kWideBlockWarps, false, kFp8>
+                      : warps > kBlockWarps
+                          ? gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kMidBlockWarps, false, kFp8>
+                          : gemv_bf16_kernel<kNTiles, kRowTiles, kVec, kBlockWarps, false, kFp8>;
+  return run(kernel, kFp8 ? "gemv_bf16_kernel (FP8 weight)" : "gemv_bf16_kernel",
+             ceil_div(p.n, kRows), warps * kWarpSize, smem, p, stream);
 }
 
 template <int kNTiles>
@@ -510,6 +606,20 @@ Status launch_bf16_rows(const GemvParams& p, bool vec, const GemvLaunch& launch,
     return launch_bf16<kNTiles, 2, true>(p, launch.warps, stream);
   }
   return launch_bf16<kNTiles, 1, true>(p, launch.warps, stream);
+}
+
+// An FP8 weight (gemv_fp8_fits): one n8 tile, 16-byte loads.
+Status launch_fp8_rows(const GemvParams& p, const GemvLaunch& launch, cudaStream_t stream) {
+  if (launch.rows_per_block == 2 * kTileRows) {
+    return launch_bf16<1, 2, true, true>(p, launch.warps, stream);
+  }
+  return launch_bf16<1, 1, true, true>(p, launch.warps, stream);
+}
+
+int log2_of(int64_t v) {  // v a power of two
+  int l = 0;
+  while ((int64_t{1} << l) < v) ++l;
+  return l;
 }
 
 // The kernels' parameters for a checked problem.
@@ -525,6 +635,12 @@ GemvParams gemv_params(const GemvProblem& pr) {
   p.m = static_cast<int>(pr.m);
   p.n = static_cast<int>(pr.n);
   p.k = static_cast<int>(pr.k);
+  if (pr.scales != nullptr) {
+    p.scales = pr.scales;
+    p.scale_cols = pr.scale_cols;
+    p.block_n = static_cast<int>(pr.block_n);
+    p.block_k_log2 = log2_of(pr.block_k);
+  }
   return p;
 }
 
@@ -544,29 +660,33 @@ GemvLaunch gemv_norm_launch(int64_t n, int sm_count) {
   return launch;
 }
 
-bool gemv_norm_fits(int64_t m, int64_t n, int64_t k, int sm_count) {
+bool gemv_norm_fits(int64_t m, int64_t n, int64_t k, int sm_count, bool fp8_weight) {
   const GemvLaunch launch = gemv_norm_launch(n, sm_count);
   // At most kNormChunks 8-column chunks of a row per norm thread (hidden sizes up to 8192, where
   // rms_norm_kernel's decode launch has the same 256 threads), and up to kNormWideMaxK(2) for
   // the wide launches; every warp at least one round of steps (the prologue's barriers are in the
-  // first), x in the 48 KB of shared memory a launch gets without opting in. At most
-  // kGemvNormMaxRows rows: the prologue normalises one row after another, an L2 round trip and
-  // two barriers each.
+  // first; an FP8 step is twice as wide), x in the 48 KB of shared memory a launch gets without
+  // opting in. At most kGemvNormMaxRows rows: the prologue normalises one row after another, an
+  // L2 round trip and two barriers each.
   const bool wide = launch.warps == kBlockWarps;
-  return m >= 1 && m <= kGemvNormMaxRows && k % 8 == 0 &&
+  const int64_t step_k = fp8_weight ? kStepKOf<true> : kStepK;
+  return m >= 1 && m <= kGemvNormMaxRows && k % (fp8_weight ? kFp8Chunk : 8) == 0 &&
          k / 8 <= int64_t{kNormThreads} * kNormChunks &&
          (!wide || k <= (m == 1 ? kNormWideMaxK : kNormWideMaxK2)) &&
-         k >= int64_t{kStepK} * kStepLoads * launch.warps &&
+         k >= step_k * kStepLoads * launch.warps &&
          norm_smem_bytes(m, k, launch.warps) <= 48 * 1024 && n <= 0x7fffffff;
 }
 
 Status launch_gemv_norm(const GemvProblem& pr, const GemvNormProblem& norm, cudaStream_t stream) {
   const int sms = multiprocessor_count(pr.device);
-  if (pr.dtype != DType::kBF16 || !gemv_norm_fits(pr.m, pr.n, pr.k, sms)) {
+  const bool fp8 = pr.scales != nullptr;
+  if (pr.dtype != DType::kBF16 || !gemv_norm_fits(pr.m, pr.n, pr.k, sms, fp8) ||
+      (fp8 && !gemv_fp8_fits(pr))) {
     return make_error(ErrorCode::kInvalidArgument,
                       "gemv: the fused RMSNorm takes BF16 [m, k] products that "
-                      "gemv_norm_fits() accepts (got {} [{}, {}] x [{}, {}]^T)",
-                      dtype_name(pr.dtype), pr.m, pr.k, pr.n, pr.k);
+                      "gemv_norm_fits() accepts, FP8 weights as gemv_fp8_fits() takes them (got "
+                      "{} [{}, {}] x {}[{}, {}]^T)",
+                      dtype_name(pr.dtype), pr.m, pr.k, fp8 ? "fp8" : "", pr.n, pr.k);
   }
   const bool aligned =
       is_aligned(pr.x, 16) && is_aligned(pr.weight, 16) &&
@@ -594,14 +714,34 @@ Status launch_gemv_norm(const GemvProblem& pr, const GemvNormProblem& norm, cuda
   const size_t smem = norm_smem_bytes(pr.m, pr.k, launch.warps);
   const int64_t tiles = ceil_div(p.n, kTileRows);
   if (launch.warps == kWideBlockWarps) {  // narrow: a block a tile, at most one per SM
-    return run(gemv_bf16_kernel<1, 1, true, kWideBlockWarps, true>, "gemv_bf16_norm_kernel", tiles,
-               kWideBlockWarps * kWarpSize, smem, p, stream, nrm);
+    return fp8 ? run(gemv_bf16_kernel<1, 1, true, kWideBlockWarps, true, true>,
+                     "gemv_bf16_norm_kernel (FP8 weight)", tiles, kWideBlockWarps * kWarpSize, smem,
+                     p, stream, nrm)
+               : run(gemv_bf16_kernel<1, 1, true, kWideBlockWarps, true>, "gemv_bf16_norm_kernel",
+                     tiles, kWideBlockWarps * kWarpSize, smem, p, stream, nrm);
   }
   // Wide: as many blocks as fit at once, each normalising x once and walking its tiles.
   static_assert(kMinBlocks<1, 1, true, kBlockWarps> == kNormWideBlocksPerSm);
+  static_assert(kMinBlocks<1, 1, true, kBlockWarps, true> == kNormWideBlocksPerSm);
   const int64_t blocks = std::min<int64_t>(tiles, int64_t{kNormWideBlocksPerSm} * sms);
-  return run(gemv_bf16_kernel<1, 1, true, kBlockWarps, true>, "gemv_bf16_norm_kernel", blocks,
-             kBlockWarps * kWarpSize, smem, p, stream, nrm);
+  return fp8 ? run(gemv_bf16_kernel<1, 1, true, kBlockWarps, true, true>,
+                   "gemv_bf16_norm_kernel (FP8 weight)", blocks, kBlockWarps * kWarpSize, smem, p,
+                   stream, nrm)
+             : run(gemv_bf16_kernel<1, 1, true, kBlockWarps, true>, "gemv_bf16_norm_kernel", blocks,
+                   kBlockWarps * kWarpSize, smem, p, stream, nrm);
+}
+
+bool gemv_fp8_blocks_fit(int64_t block_n, int64_t block_k) {
+  return block_n >= kTileRows && block_n % kTileRows == 0 && block_n <= 0x7fffffff &&
+         block_k >= kFp8Chunk && block_k <= (int64_t{1} << 30) && (block_k & (block_k - 1)) == 0;
+}
+
+bool gemv_fp8_fits(const GemvProblem& pr) {
+  return pr.scales != nullptr && pr.dtype == DType::kBF16 && pr.m >= 1 && pr.m <= kFp8GemvMaxRows &&
+         pr.n >= 1 && pr.n <= 0x7fffffff && pr.k >= 1 && pr.k <= 0x7fffffff &&
+         pr.k % kFp8Chunk == 0 && gemv_fp8_blocks_fit(pr.block_n, pr.block_k) &&
+         pr.scale_cols >= ceil_div(pr.k, pr.block_k) && is_aligned(pr.x, 16) &&
+         is_aligned(pr.weight, 16) && (static_cast<size_t>(pr.ldx) * 2) % 16 == 0;
 }
 
 GemvLaunch choose_gemv_launch(int64_t n, int sm_count) {
@@ -648,6 +788,19 @@ Status launch_gemv(const GemvProblem& pr, const GemvLaunch& launch, cudaStream_t
                       launch.rows_per_block, launch.warps, kMaxWarps);
   }
   const GemvParams p = gemv_params(pr);
+  if (pr.scales != nullptr) {
+    if (!gemv_fp8_fits(pr)) {
+      return make_error(
+          ErrorCode::kInvalidArgument,
+          "gemv: an FP8 weight takes BF16 x of 1 to {} rows, K a multiple of {}, "
+          "blocks of a multiple of 16 rows by a power of two from {} columns and 16-byte "
+          "aligned rows (got {} [{}, {}] x fp8[{}, {}]^T in {}x{} blocks; launch_fp8_gemv "
+          "takes the others)",
+          kFp8GemvMaxRows, kFp8Chunk, kFp8Chunk, dtype_name(pr.dtype), pr.m, pr.k, pr.n, pr.k,
+          pr.block_n, pr.block_k);
+    }
+    return launch_fp8_rows(p, launch, stream);
+  }
 
   const size_t es = dtype_size(pr.dtype);
   // Every row of x and of the weight starts on a 16-byte boundary.
