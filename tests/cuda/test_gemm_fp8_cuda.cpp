@@ -1,5 +1,6 @@
 // Backend parity for cuda::linear_fp8 (backend/cuda/gemm.cuh: block-scaled FP8 weights, W8A16)
-// against cpu::linear on the same weight: the FP8 GEMV for M <= kFp8GemvMaxRows and the
+// against cpu::linear on the same weight: the GEMVs for M <= kFp8GemvMaxRows (the batched
+// GEMV's tensor-core kernel where gemv_fp8_fits, also held against the FP8 GEMV) and the
 // dequantized weight through cuBLASLt above, on 128 x 128 blocks (Qwen's FP8 releases) and
 // smaller grids, one scale row per weight row, K and block sizes off multiples of 16 (the
 // element-wise path), bias, BF16 and F32 activations and outputs, and column slices of x and
@@ -23,6 +24,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/fp8_quant.cuh"
 #include "backend/cuda/gemm.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/runtime.h"
 #include "cuda_device_util.h"
@@ -142,6 +144,90 @@ TEST_F(GemmFp8Cuda, StridedOperandsMatchCpu) {
   run_case({3, 96, 256, {128, 128}, kBF16, kBF16, false, kAligned, kAligned});
   run_case({3, 96, 256, {128, 128}, kBF16, kBF16, false, cuda_test::kUnaligned, kAligned});
   run_case({40, 96, 256, {128, 128}, kBF16, kF32, true, kAligned, cuda_test::kUnaligned});
+}
+
+// The batched GEMV's tensor-core kernel on FP8 weights (linear_fp8's path up to
+// kFp8GemvMaxRows rows where gemv_fp8_fits takes the weight) on Qwen3.5 decode shapes, N off
+// the 16-row tile included: against cpu::linear on the same weight (5e-3: the weights rounded
+// to BF16), against the FP8 GEMV's CUDA-core kernel (launch_fp8_gemv: the same BF16 weights,
+// f32 sums in another order: 2e-5), both relative to |w_n| |x_m|.
+TEST_F(GemmFp8Cuda, TensorCoreGemvMatchesCpuAndTheFp8Gemv) {
+  struct Shape2 {
+    int64_t n, k;
+  };
+  // 35B-A3B's out_proj / o_proj and GDN in_proj, 4B's o_proj at 2560 + 8 features, 27B's
+  // o_proj and a 27B-wide input projection.
+  for (const Shape2 sh : {Shape2{2048, 4096}, Shape2{12288, 2048}, Shape2{2568, 2560},
+                          Shape2{5120, 6144}, Shape2{10240, 5120}}) {
+    const LinearWeight w = fp8_weight(sh.n, sh.k, {128, 128});
+    auto dense = dequantize_fp8_blocks(w);
+    ASSERT_TRUE(dense.has_value()) << dense.status().to_string();
+    const LinearWeight w_gpu(to_device(w.weight), to_device(w.scale_inv), w.block);
+    for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}}) {
+      SCOPED_TRACE(fmt::format("[{} x {}] x fp8[{} x {}]^T", m, sh.k, sh.n, sh.k));
+      const Tensor x_host = random_tensor({m, sh.k}, kBF16, rng_, 0.0f, 1.0f);
+      const Tensor x32 = cuda_test::to_f32(x_host);
+      const Tensor x = to_device(x_host);
+      Tensor ref = Tensor::empty({m, sh.n}, kF32);
+      ASSERT_TRUE(cpu::linear(x32, w, Tensor(), ref).is_ok());
+      Tensor out = to_device(cuda_test::fill_nan({m, sh.n}, kF32));
+      ASSERT_TRUE(cuda::linear_fp8(*blas_, x, w_gpu, Tensor(), out, nullptr).is_ok());
+
+      cuda::detail::Fp8GemvProblem old;
+      old.x = x.data_ptr();
+      old.ldx = sh.k;
+      old.w.data = static_cast<const uint8_t*>(w_gpu.weight.data_ptr());
+      old.w.scales = w_gpu.scale_inv.data<float>();
+      old.w.n = sh.n;
+      old.w.k = sh.k;
+      old.w.scale_cols = w.scale_inv.size(1);
+      old.w.block_n = w.block.n;
+      old.w.block_k = w.block.k;
+      old.out_dtype = kF32;
+      Tensor old_out = to_device(cuda_test::fill_nan({m, sh.n}, kF32));
+      old.out = old_out.data_ptr();
+      old.ldo = sh.n;
+      old.m = m;
+      ASSERT_TRUE(cuda::detail::launch_fp8_gemv(old, nullptr).is_ok());
+
+      auto problem = cuda::detail::gemv_problem(
+          "test", x,
+          Tensor::borrow(w_gpu.weight.data_ptr(), {sh.n, sh.k}, kBF16, x.device(), nullptr),
+          Tensor(), out);
+      ASSERT_TRUE(problem.has_value()) << problem.status().to_string();
+      problem->scales = w_gpu.scale_inv.data<float>();
+      problem->scale_cols = w.scale_inv.size(1);
+      problem->block_n = w.block.n;
+      problem->block_k = w.block.k;
+      EXPECT_TRUE(cuda::detail::gemv_fp8_fits(*problem)) << "not the tensor-core path";
+
+      const Tensor got = cuda_test::to_host_f32(out);
+      EXPECT_TRUE(cuda_test::close_products(got, ref, *dense, x32, 5e-3)) << "against the CPU";
+      EXPECT_TRUE(
+          cuda_test::close_products(got, cuda_test::to_host_f32(old_out), *dense, x32, 2e-5))
+          << "against the FP8 GEMV";
+    }
+  }
+}
+
+// A row's result does not depend on the batch: each of 8 rows alone gives the bits it has in
+// the 8-row product.
+TEST_F(GemmFp8Cuda, TensorCoreGemvRowsDoNotDependOnTheBatch) {
+  const int64_t n = 5120, k = 6144;
+  const LinearWeight w = fp8_weight(n, k, {128, 128});
+  const LinearWeight w_gpu(to_device(w.weight), to_device(w.scale_inv), w.block);
+  const Tensor x = to_device(random_tensor({8, k}, kBF16, rng_, 0.0f, 1.0f));
+  Tensor all = to_device(Tensor::empty({8, n}, kF32));
+  ASSERT_TRUE(cuda::linear_fp8(*blas_, x, w_gpu, Tensor(), all, nullptr).is_ok());
+  const Tensor all_host = cuda_test::to_host_f32(all);
+  for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{7}}) {
+    Tensor part = to_device(Tensor::empty({rows, n}, kF32));
+    ASSERT_TRUE(
+        cuda::linear_fp8(*blas_, x.slice(0, 0, rows), w_gpu, Tensor(), part, nullptr).is_ok());
+    EXPECT_TRUE(
+        cuda_test::same_values(cuda_test::to_host_f32(part), all_host.slice(0, 0, rows).clone()))
+        << rows << " rows";
+  }
 }
 
 // ---- W8A8 (linear_fp8_w8a8) ----------------------------------------------------------------

@@ -29,7 +29,8 @@
 // bias afterwards; that choice is cached with the plan. K = 0 writes the bias (or zeros),
 // as cpu::linear does, without calling cuBLASLt.
 //
-// FP8. linear_fp8 (W8A16) reads the e4m3 weight in its GEMV or dequantizes it for cuBLASLt;
+// FP8. linear_fp8 (W8A16) reads the e4m3 weight in a GEMV (the batched GEMV's tensor-core
+// kernel where it takes the weight, gemv_fp8.cu's otherwise) or dequantizes it for cuBLASLt;
 // linear_fp8_w8a8 quantizes x per token group (fp8_quant.cu) and runs cuBLASLt's FP8 matmul
 // with block scales: the weight's in BLK128x128_32F mode (its [N / 128, K / 128] row-major
 // grid is that mode's layout for the transposed A operand, read with its row stride rounded up
@@ -724,6 +725,14 @@ Status linear_fp8(BlasContext& blas, const Tensor& x, const LinearWeight& weight
   w.block_n = weight.block.n;
   w.block_k = weight.block.k;
   if (M <= detail::kFp8GemvMaxRows) {
+    // The tensor-core GEMV where it takes the weight (BF16 x, 16-byte rows, blocks of 16-row
+    // multiples by power-of-two columns), the FP8 GEMV's CUDA-core kernel otherwise.
+    detail::GemvProblem tc = p;
+    tc.scales = w.scales;
+    tc.scale_cols = w.scale_cols;
+    tc.block_n = w.block_n;
+    tc.block_k = w.block_k;
+    if (detail::gemv_fp8_fits(tc)) return detail::launch_gemv(tc, stream);
     detail::Fp8GemvProblem g;
     g.x_dtype = p.dtype;
     g.out_dtype = p.out_dtype;
