@@ -69,7 +69,7 @@ Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual, c
 }
 
 bool add_rms_norm_linear_fits(const ExecContext& ctx, const Tensor& x, const Tensor& norm_weight,
-                              const Tensor& weight) {
+                              const LinearWeight& weight) {
 #if VLLM_WITH_CUDA
   return x.defined() && x.device().is_cuda() && ctx.blas != nullptr && norm_weight.defined() &&
          norm_weight.dtype() == DType::kBF16 && cuda::add_rms_norm_linear_fits(x, weight);
@@ -81,7 +81,7 @@ bool add_rms_norm_linear_fits(const ExecContext& ctx, const Tensor& x, const Ten
 
 Status add_rms_norm_linear(const ExecContext& ctx, const Tensor& x, const Tensor& residual,
                            const Tensor& norm_weight, float eps, bool unit_offset,
-                           const Tensor& weight, Tensor& residual_out, Tensor& normed,
+                           const LinearWeight& weight, Tensor& residual_out, Tensor& normed,
                            Tensor& out) {
   VLLM_PROFILE_SCOPE("add_rms_norm_linear");
 #if VLLM_WITH_CUDA
@@ -93,8 +93,8 @@ Status add_rms_norm_linear(const ExecContext& ctx, const Tensor& x, const Tensor
   return unsupported("add_rms_norm_linear", out);
 }
 
-Status add_rms_norm_linear(const ExecContext& ctx, const AddRmsNorm& norm, const Tensor& weight,
-                           Tensor& out) {
+Status add_rms_norm_linear(const ExecContext& ctx, const AddRmsNorm& norm,
+                           const LinearWeight& weight, Tensor& out) {
   Tensor residual_out = norm.residual_out, normed;  // normed undefined: not stored
   return add_rms_norm_linear(ctx, norm.x, norm.residual, norm.weight, norm.eps, norm.unit_offset,
                              weight, residual_out, normed, out);

@@ -52,14 +52,16 @@ Status fused_add_rms_norm(const ExecContext& ctx, Tensor& x, Tensor& residual, c
                           float eps, bool unit_offset);
 // residual_out = residual + x, normed = RMSNorm(residual_out) (fused_add_rms_norm's numbers),
 // out = normed @ weight^T, in one launch: on CUDA, for the sizes add_rms_norm_linear_fits()
-// accepts (cuda::add_rms_norm_linear: BF16 products of 1 or 2 rows, the MoE router and the
-// mixers' input projections at decode); elsewhere kUnsupported, and the caller runs
-// fused_add_rms_norm and linear instead. normed may be undefined: not stored.
+// accepts (cuda::add_rms_norm_linear: BF16 activations with BF16 or block-scaled FP8 weights,
+// products of 1 or 2 rows, the MoE router and the mixers' input projections at decode);
+// elsewhere kUnsupported, and the caller runs fused_add_rms_norm and linear instead. normed may
+// be undefined: not stored.
 bool add_rms_norm_linear_fits(const ExecContext& ctx, const Tensor& x, const Tensor& norm_weight,
-                              const Tensor& weight);
+                              const LinearWeight& weight);
 Status add_rms_norm_linear(const ExecContext& ctx, const Tensor& x, const Tensor& residual,
                            const Tensor& norm_weight, float eps, bool unit_offset,
-                           const Tensor& weight, Tensor& residual_out, Tensor& normed, Tensor& out);
+                           const LinearWeight& weight, Tensor& residual_out, Tensor& normed,
+                           Tensor& out);
 // The residual add and RMSNorm in front of a layer whose first product takes them in
 // (add_rms_norm_linear): residual_out = residual + x, the layer's input RMSNorm(residual_out).
 struct AddRmsNorm {
@@ -72,8 +74,8 @@ struct AddRmsNorm {
 };
 // add_rms_norm_linear of `norm` into out = RMSNorm(norm.residual + norm.x) @ weight^T, the
 // normed rows not stored.
-Status add_rms_norm_linear(const ExecContext& ctx, const AddRmsNorm& norm, const Tensor& weight,
-                           Tensor& out);
+Status add_rms_norm_linear(const ExecContext& ctx, const AddRmsNorm& norm,
+                           const LinearWeight& weight, Tensor& out);
 Status add_inplace(const ExecContext& ctx, Tensor& dst, const Tensor& src);
 Status silu_and_mul(const ExecContext& ctx, const Tensor& x, Tensor& out);
 // out = x @ weight^T (+ bias). On CUDA out may be F32 for BF16 x (logits). Block-scaled FP8

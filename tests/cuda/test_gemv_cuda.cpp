@@ -3,7 +3,8 @@
 // M = 1 to the capacity, odd N and K, K not a multiple of 8 (the element-wise path), bias in
 // each dtype, x and out as column slices (aligned and not), BF16 -> BF16, BF16 -> F32 logits
 // and F32, outputs poisoned with NaN. Also: larger M is refused, linear() dispatches by M, and
-// a row's result does not depend on the other rows of its batch.
+// a row's result does not depend on the other rows of its batch. The fused residual add and
+// RMSNorm (add_rms_norm_linear) with BF16 and block-scaled FP8 weights.
 //
 // Tolerances, as test_gemm_cuda.cpp's: BF16 output 1e-2 (its rounding alone is ~2e-3). F32
 // output from BF16 inputs: the products are exact in f32, only the summation order differs
@@ -26,6 +27,7 @@
 #include "backend/cuda/runtime.h"
 #include "cuda_device_util.h"
 #include "cuda_test_util.h"
+#include "tensor/block_fp8.h"
 
 namespace vllm {
 namespace {
@@ -392,6 +394,84 @@ TEST_F(GemvCuda, AddRmsNormLinearMatchesTheNormThenTheGemv) {
       EXPECT_TRUE(relative_l2(cuda_test::to_host_f32(out), cuda_test::to_host_f32(ref_out), 1e-2));
     }
   }
+}
+
+// The same with block-scaled FP8 weights (W8A16, 128 x 128 blocks): the fused launch against
+// fused_add_rms_norm and then the tensor-core GEMV on its output (launch_gemv with the scales,
+// the norm's launch shape), bit for bit; the product also against cpu::linear on the FP8 weight
+// and the normed rows. The 35B-A3B's attention q/k/v and GDN in_proj at hidden 2048 (one and two
+// rows), 4B-sized ones at 2560 (one row), and outputs narrow enough for 16-warp blocks at
+// hidden 4096 and 8192.
+TEST_F(GemvCuda, AddRmsNormLinearTakesFp8Weights) {
+  struct Case {
+    int64_t m, n, k;
+  };
+  const int sms = cuda::multiprocessor_count(0);
+  for (const Case c : {Case{1, 9216, 2048}, Case{2, 12288, 2048}, Case{1, 10240, 2560},
+                       Case{1, 1000, 4096}, Case{2, 2048, 8192}}) {
+    SCOPED_TRACE(fmt::format("m {} n {} k {}", c.m, c.n, c.k));
+    Tensor w_f32 = random_tensor({c.n, c.k}, kF32, rng_, 0.0f, 0.05f);
+    w_f32.data<float>()[128 * c.k + 128] = 1344.0f;  // a block at the e4m3 maximum
+    for (int64_t col = 0; col < 128; ++col) w_f32.data<float>()[col] = 0.0f;
+    auto w = quantize_fp8_blocks(w_f32, {128, 128}, "test weight");
+    ASSERT_TRUE(w.has_value()) << w.status().to_string();
+    const LinearWeight w_gpu(to_device(w->weight), to_device(w->scale_inv), w->block);
+    const Tensor x_host = random_tensor({c.m, c.k}, kBF16, rng_, 0.0f, 1.0f);
+    const Tensor residual_host = random_tensor({c.m, c.k}, kF32, rng_, 0.0f, 4.0f);
+    const Tensor x = to_device(x_host), residual = to_device(residual_host);
+    const Tensor norm_w = to_device(random_tensor({c.k}, kBF16, rng_, 0.0f, 0.5f));
+    ASSERT_TRUE(cuda::add_rms_norm_linear_fits(x, w_gpu));
+    Tensor residual_out = to_device(cuda_test::fill_nan({c.m, c.k}, kF32));
+    Tensor normed = to_device(cuda_test::fill_nan({c.m, c.k}, kBF16));
+    Tensor out = to_device(cuda_test::fill_nan({c.m, c.n}, kF32));
+    Status s = cuda::add_rms_norm_linear(x, residual, norm_w, 1e-6f, true, w_gpu, residual_out,
+                                         normed, out, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+
+    Tensor ref_x = to_device(x_host), ref_residual = to_device(residual_host);
+    ASSERT_TRUE(
+        cuda::fused_add_rms_norm(ref_x, ref_residual, norm_w, 1e-6f, true, nullptr).is_ok());
+    Tensor ref_out = to_device(Tensor::empty({c.m, c.n}, kF32));
+    auto problem = cuda::detail::gemv_problem(
+        "test", ref_x,
+        Tensor::borrow(w_gpu.weight.data_ptr(), {c.n, c.k}, kBF16, ref_x.device(), nullptr),
+        Tensor(), ref_out);
+    ASSERT_TRUE(problem.has_value()) << problem.status().to_string();
+    problem->scales = w_gpu.scale_inv.data<float>();
+    problem->scale_cols = w_gpu.scale_inv.size(1);
+    problem->block_n = 128;
+    problem->block_k = 128;
+    ASSERT_TRUE(
+        cuda::detail::launch_gemv(*problem, cuda::detail::gemv_norm_launch(c.n, sms), nullptr)
+            .is_ok());
+    EXPECT_TRUE(cuda_test::same_values(cuda_test::to_host_f32(residual_out),
+                                       cuda_test::to_host_f32(ref_residual)));
+    const Tensor normed_host = cuda_test::to_host_f32(normed);
+    EXPECT_TRUE(cuda_test::same_values(normed_host, cuda_test::to_host_f32(ref_x)));
+    const Tensor got = cuda_test::to_host_f32(out);
+    EXPECT_TRUE(cuda_test::same_values(got, cuda_test::to_host_f32(ref_out)));
+    Tensor cpu_out = Tensor::empty({c.m, c.n}, kF32);
+    ASSERT_TRUE(cpu::linear(normed_host, *w, Tensor(), cpu_out).is_ok());
+    auto dense = dequantize_fp8_blocks(*w);
+    ASSERT_TRUE(dense.has_value()) << dense.status().to_string();
+    EXPECT_TRUE(cuda_test::close_products(got, cpu_out, *dense, normed_host, 5e-3));
+  }
+  // FP8 steps are 64 wide: the 8-warp launches need K >= 2048 and the 16-warp ones 4096
+  // (BF16: 1024 and 2048); blocks the tensor-core GEMV does not take stay apart.
+  auto fp8_of = [&](int64_t n, int64_t k, WeightBlock block) {
+    auto q = quantize_fp8_blocks(random_tensor({n, k}, kF32, rng_, 0.0f, 0.05f), block, "w");
+    EXPECT_TRUE(q.has_value());
+    return LinearWeight(to_device(q->weight), to_device(q->scale_inv), q->block);
+  };
+  const Tensor x1024 = to_device(random_tensor({1, 1024}, kBF16, rng_, 0.0f, 1.0f));
+  const Tensor x2048 = to_device(random_tensor({1, 2048}, kBF16, rng_, 0.0f, 1.0f));
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x1024, fp8_of(4096, 1024, {128, 128})));
+  EXPECT_TRUE(cuda::add_rms_norm_linear_fits(
+      x1024, to_device(random_tensor({4096, 1024}, kBF16, rng_, 0.0f, 0.05f))));
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x2048, fp8_of(257, 2048, {128, 128})));
+  EXPECT_TRUE(cuda::add_rms_norm_linear_fits(x2048, fp8_of(4096, 2048, {128, 128})));
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x2048, fp8_of(4096, 2048, {1, 128})));
+  EXPECT_FALSE(cuda::add_rms_norm_linear_fits(x2048, fp8_of(4096, 2048, {128, 96})));
 }
 
 TEST_F(GemvCuda, AddRmsNormLinearRefusesWhatItCannotRun) {

@@ -576,21 +576,74 @@ Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& o
   return detail::launch_gemv(p, stream);
 }
 
-bool add_rms_norm_linear_fits(const Tensor& x, const Tensor& weight) {
+namespace {
+
+// An FP8 weight's checks against a 2-D x: a well-formed contiguous F8_E4M3 [N, K] with its
+// scales on x's device. Returns a tensor of x's dtype and the weight's shape that borrows the
+// e4m3 bytes, for linear()'s output, bias and layout checks (gemv_problem).
+Expected<Tensor> fp8_shape_only(std::string_view op, const Tensor& x, const LinearWeight& weight) {
+  if (!weight.is_fp8()) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: weight is {}, expected F8_E4M3", op,
+                      weight.to_string());
+  }
+  VLLM_RETURN_IF_ERROR(check_linear_weight(op, weight));
+  VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "weight", weight.weight, x));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "weight", weight.weight));
+  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "weight scales", weight.scale_inv));
+  const int64_t K = x.size(1);
+  if (weight.ndim() != 2 || weight.size(1) != K) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{}: weight is {}, expected [out_features, {}] (in_features = x's last dim)",
+                      op, weight.to_string(), K);
+  }
+  return Tensor::borrow(const_cast<void*>(weight.weight.data_ptr()), {weight.size(0), K}, x.dtype(),
+                        x.device(), nullptr);
+}
+
+// A checked FP8 weight's scales into a GEMV problem.
+void set_fp8_scales(detail::GemvProblem& p, const LinearWeight& weight) {
+  p.scales = weight.scale_inv.data<float>();
+  p.scale_cols = weight.scale_inv.size(1);
+  p.block_n = weight.block.n;
+  p.block_k = weight.block.k;
+}
+
+}  // namespace
+
+bool add_rms_norm_linear_fits(const Tensor& x, const LinearWeight& weight) {
   if (!x.defined() || !weight.defined() || !x.device().is_cuda() || x.ndim() != 2 ||
-      weight.ndim() != 2 || x.dtype() != DType::kBF16 || weight.dtype() != DType::kBF16) {
+      weight.ndim() != 2 || x.dtype() != DType::kBF16) {
+    return false;
+  }
+  const bool fp8 = weight.is_fp8();
+  if (fp8) {  // the tensor-core GEMV's FP8 conditions (gemv_fp8_fits) that x does not decide
+    if (!weight.scale_inv.defined() ||
+        !detail::gemv_fp8_blocks_fit(weight.block.n, weight.block.k) ||
+        !detail::is_aligned(weight.weight.data_ptr(), 16)) {
+      return false;
+    }
+  } else if (weight.dtype() != DType::kBF16) {
     return false;
   }
   return detail::gemv_norm_fits(x.size(0), weight.size(0), x.size(1),
-                                multiprocessor_count(x.device().index));
+                                multiprocessor_count(x.device().index), fp8);
 }
 
 Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
-                           float eps, bool unit_offset, const Tensor& weight, Tensor& residual_out,
-                           Tensor& normed, Tensor& out, cudaStream_t stream) {
+                           float eps, bool unit_offset, const LinearWeight& weight,
+                           Tensor& residual_out, Tensor& normed, Tensor& out, cudaStream_t stream) {
   constexpr std::string_view kOp = "cuda::add_rms_norm_linear";
-  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, weight, Tensor(), out));
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "x", x, {DType::kBF16}));
+  if (x.ndim() != 2) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, expected [M, K]", kOp,
+                      x.to_string());
+  }
+  Tensor w = weight.weight;
+  if (weight.is_fp8()) {
+    VLLM_ASSIGN_OR_RETURN(w, fp8_shape_only(kOp, x, weight));
+  }
+  VLLM_ASSIGN_OR_RETURN(detail::GemvProblem p, detail::gemv_problem(kOp, x, w, Tensor(), out));
+  if (weight.is_fp8()) set_fp8_scales(p, weight);
   const int64_t M = p.m, K = p.k;
   for (auto [name, t] : {std::pair<std::string_view, const Tensor*>{"residual", &residual},
                          {"residual_out", &residual_out}}) {
@@ -663,8 +716,8 @@ Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor
 namespace {
 
 // The checks linear_fp8 and linear_fp8_w8a8 share: x on the context's device, a well-formed
-// contiguous FP8 weight [N, K], then linear()'s output, bias and layout checks on a float
-// weight of the same shape (`shape_only`, which borrows the e4m3 bytes).
+// contiguous FP8 weight [N, K] (fp8_shape_only), then linear()'s output, bias and layout checks
+// on a float weight of the same shape (`shape_only`, which borrows the e4m3 bytes).
 struct Fp8Operands {
   detail::GemvProblem p;
   Tensor shape_only;
@@ -682,23 +735,8 @@ Expected<Fp8Operands> fp8_operands(std::string_view op, const BlasContext::Impl&
     return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, but the BlasContext is on {}", op,
                       x.to_string(), impl.device.to_string());
   }
-  if (!weight.is_fp8()) {
-    return make_error(ErrorCode::kInvalidArgument, "{}: weight is {}, expected F8_E4M3", op,
-                      weight.to_string());
-  }
-  VLLM_RETURN_IF_ERROR(check_linear_weight(op, weight));
-  VLLM_RETURN_IF_ERROR(detail::check_same_device(op, "weight", weight.weight, x));
-  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "weight", weight.weight));
-  VLLM_RETURN_IF_ERROR(detail::check_contiguous(op, "weight scales", weight.scale_inv));
-  const int64_t K = x.size(1);
-  if (weight.ndim() != 2 || weight.size(1) != K) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "{}: weight is {}, expected [out_features, {}] (in_features = x's last dim)",
-                      op, weight.to_string(), K);
-  }
   Fp8Operands o;
-  o.shape_only = Tensor::borrow(const_cast<void*>(weight.weight.data_ptr()), {weight.size(0), K},
-                                x.dtype(), x.device(), nullptr);
+  VLLM_ASSIGN_OR_RETURN(o.shape_only, fp8_shape_only(op, x, weight));
   VLLM_ASSIGN_OR_RETURN(o.p, detail::gemv_problem(op, x, o.shape_only, bias, out));
   return o;
 }
@@ -728,10 +766,7 @@ Status linear_fp8(BlasContext& blas, const Tensor& x, const LinearWeight& weight
     // The tensor-core GEMV where it takes the weight (BF16 x, 16-byte rows, blocks of 16-row
     // multiples by power-of-two columns), the FP8 GEMV's CUDA-core kernel otherwise.
     detail::GemvProblem tc = p;
-    tc.scales = w.scales;
-    tc.scale_cols = w.scale_cols;
-    tc.block_n = w.block_n;
-    tc.block_k = w.block_k;
+    set_fp8_scales(tc, weight);
     if (detail::gemv_fp8_fits(tc)) return detail::launch_gemv(tc, stream);
     detail::Fp8GemvProblem g;
     g.x_dtype = p.dtype;

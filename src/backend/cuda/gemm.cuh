@@ -84,17 +84,18 @@ Status gemv(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& o
 // (norm_weight (+ 1 with unit_offset)) rounded to BF16 (fused_add_rms_norm's numbers, norm.cuh),
 // out = normed @ weight^T (linear()'s): one launch of the batched GEMV, which normalises x in
 // every block before its product. x BF16 [M, K] (row stride allowed), residual and
-// residual_out F32 [M, K], norm_weight BF16 [K], weight BF16 [N, K], normed BF16 [M, K] or
-// undefined (not stored), out [M, N] BF16 or F32; residual_out and normed must not overlap x,
-// residual or each other. Only the sizes add_rms_norm_linear_fits() accepts (products of 1 or
-// 2 rows at K = 1024-2048 with 8-warp blocks (2560 for 1 row), or up to 8192 for outputs
-// narrow enough for 16-warp blocks: the MoE router, the mixers' input projections and the
-// dense MLP's gate/up at decode, gemv.cuh); others are kUnsupported, for the caller to run the
-// two ops.
-bool add_rms_norm_linear_fits(const Tensor& x, const Tensor& weight);
+// residual_out F32 [M, K], norm_weight BF16 [K], weight BF16 [N, K] or block-scaled FP8 (the
+// W8A16 product linear_fp8's GEMV runs, in blocks as gemv_fp8_fits() takes them), normed BF16
+// [M, K] or undefined (not stored), out [M, N] BF16 or F32; residual_out and normed must not
+// overlap x, residual or each other. Only the sizes add_rms_norm_linear_fits() accepts
+// (products of 1 or 2 rows at K = 1024-2048 with 8-warp blocks (2560 for 1 row), or up to 8192
+// for outputs narrow enough for 16-warp blocks: the MoE router, the mixers' input projections
+// and the dense MLP's gate/up at decode, gemv.cuh; FP8 steps are twice as wide, so FP8 weights
+// need K >= 2048 and 4096 there); others are kUnsupported, for the caller to run the two ops.
+bool add_rms_norm_linear_fits(const Tensor& x, const LinearWeight& weight);
 Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
-                           float eps, bool unit_offset, const Tensor& weight, Tensor& residual_out,
-                           Tensor& normed, Tensor& out, cudaStream_t stream);
+                           float eps, bool unit_offset, const LinearWeight& weight,
+                           Tensor& residual_out, Tensor& normed, Tensor& out, cudaStream_t stream);
 
 // linear() with a block-scaled FP8 weight (W8A16): x F32 or BF16 [M, K], weight F8_E4M3
 // [N, K] with its F32 scales, all on the context's device; out as linear(). Up to

@@ -141,14 +141,14 @@ Status AttentionLayer::forward(const ExecContext& ctx, const Tensor& x, const St
 
 bool AttentionLayer::fuses_norm(const ExecContext& ctx, const Tensor& x,
                                 const Tensor& norm_weight) const {
-  return !qkv_bias_.defined() && ops::add_rms_norm_linear_fits(ctx, x, norm_weight, qkv_.weight);
+  return !qkv_bias_.defined() && ops::add_rms_norm_linear_fits(ctx, x, norm_weight, qkv_);
 }
 
 Status AttentionLayer::forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm,
                                         const StepInputs& in, const Tensor& cos_sin_cache,
                                         Tensor& kv_cache, Tensor& out) const {
   VLLM_ASSIGN_OR_RETURN(Tensor qkv, ctx.act({norm.x.size(0), qkv_.size(0)}));
-  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, qkv_.weight, qkv));
+  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, qkv_, qkv));
   return attend(ctx, qkv, in, cos_sin_cache, kv_cache, out);
 }
 

@@ -146,8 +146,7 @@ Status GdnLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInpu
 
 bool GdnLayer::fuses_norm(const ExecContext& ctx, const Tensor& x,
                           const Tensor& norm_weight) const {
-  return !in_proj_ba_.defined() &&
-         ops::add_rms_norm_linear_fits(ctx, x, norm_weight, in_proj_.weight);
+  return !in_proj_ba_.defined() && ops::add_rms_norm_linear_fits(ctx, x, norm_weight, in_proj_);
 }
 
 Status GdnLayer::forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm,
@@ -155,7 +154,7 @@ Status GdnLayer::forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm&
                                   Tensor& out) const {
   // One fused weight (fuses_norm): its rows are the whole projection.
   VLLM_ASSIGN_OR_RETURN(Tensor proj, ctx.act({norm.x.size(0), in_proj_.size(0)}));
-  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, in_proj_.weight, proj));
+  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, in_proj_, proj));
   return mix(ctx, proj, in, conv_state, ssm_state, out);
 }
 

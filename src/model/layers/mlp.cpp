@@ -35,13 +35,13 @@ Status MlpLayer::forward(const ExecContext& ctx, const Tensor& x, Tensor& out) c
 
 bool MlpLayer::fuses_norm(const ExecContext& ctx, const Tensor& x,
                           const Tensor& norm_weight) const {
-  return ops::add_rms_norm_linear_fits(ctx, x, norm_weight, gate_up_.weight);
+  return ops::add_rms_norm_linear_fits(ctx, x, norm_weight, gate_up_);
 }
 
 Status MlpLayer::forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm,
                                   Tensor& out) const {
   VLLM_ASSIGN_OR_RETURN(Tensor gate_up, ctx.act({norm.x.size(0), gate_up_.size(0)}));
-  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, gate_up_.weight, gate_up));
+  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, gate_up_, gate_up));
   return down(ctx, gate_up, out);
 }
 
