@@ -4,7 +4,8 @@
 // Attention shapes of Qwen3.5-4B (16 query heads, 4 kv heads), Qwen3.5-27B (24 / 4) and
 // Qwen3.5-35B-A3B (16 / 2), head_dim 256, BF16, block size 16, shuffled block tables:
 //   * decode at batch 1, 16, 64 and contexts 1024, 8192: KV bytes read / time against the
-//     H200's ~4.3 TB/s (each request reads its context's K and V once per kv head);
+//     H200's ~4.3 TB/s (each request reads its context's K and V once per kv head), on the
+//     default tensor-core kernel ("decode") and on the CUDA-core one ("decode CUDA");
 //   * prefill of one and of four 2048-token prompts from position 0: causal FLOPs (4 * D per
 //     visible query-key pair and head) / time against ~790 TFLOP/s dense BF16, on the default
 //     tensor-core kernel ("prefill": wgmma on compute capability 9.0), on the mma.sync one
@@ -56,11 +57,12 @@ Tensor device_i32(const std::vector<int32_t>& v) {
   return *d;
 }
 
-// Which prefill kernel a case times (decode cases ignore it).
+// Which prefill kernel a case times (decode cases: kCudaCores times the CUDA-core decode kernel,
+// the others the default tensor-core one).
 enum class Prefill { kDefault, kMma, kCudaCores };
 
 const char* phase_name(const BenchCase& c, Prefill prefill) {
-  if (c.q_len == 1) return "decode";
+  if (c.q_len == 1) return prefill == Prefill::kCudaCores ? "decode CUDA" : "decode";
   switch (prefill) {
     case Prefill::kDefault:
       return "prefill";
@@ -114,6 +116,7 @@ void run_case(const BenchCase& c, std::mt19937& rng, Prefill prefill = Prefill::
   params.max_seq_len = c.seq_len;
   params.scale = 1.0f / 16.0f;
   params.tensor_cores = prefill != Prefill::kCudaCores;
+  params.decode_tensor_cores = prefill != Prefill::kCudaCores;
   params.wgmma = prefill == Prefill::kDefault;
   const size_t ws_bytes =
       cuda::paged_attention_workspace_size(c.batch, c.model.kv_heads, kHeadDim, c.seq_len);
@@ -166,7 +169,10 @@ TEST(AttentionCudaBench, Qwen35Shapes) {
       "---|-------|\n");
   for (const ModelShape& m : models) {
     for (int64_t batch : {1, 16, 64}) {
-      for (int32_t context : {1024, 8192}) run_case({m, batch, 1, context}, rng);
+      for (int32_t context : {1024, 8192}) {
+        run_case({m, batch, 1, context}, rng);
+        run_case({m, batch, 1, context}, rng, Prefill::kCudaCores);
+      }
     }
     for (int64_t prompts : {1, 4}) {
       run_case({m, prompts, 2048, 2048}, rng);

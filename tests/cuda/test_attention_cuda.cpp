@@ -4,7 +4,8 @@
 // context, GQA groups 1..16, head dims 64/128/256 and block sizes 8/16/32/64, in F32 and BF16
 // (the CPU op runs in f32 on the same bf16-rounded values). BF16 prefill runs on every
 // kernel the device has: on compute capability 9.0 the wgmma one (head dims 128 and 256),
-// the mma.sync one and the CUDA-core one.
+// the mma.sync one and the CUDA-core one; BF16 decode on the tensor-core kernel and the
+// CUDA-core one, also compared with each other over BF16 and FP8 caches.
 //
 // Every case shuffles the block ids, and fills what the kernels must not read with NaN: the
 // cache blocks no request owns, the slots of a request's last block past its context, and
@@ -143,7 +144,8 @@ std::vector<AttnCase> parity_cases() {
 
 // The BF16 prefill kernels a parity case runs on. kDefault is the default parameters' choice:
 // the wgmma kernel on compute capability 9.0 at head dims 128 and 256, mma.sync otherwise
-// (and it is the only pass for F32, whose prefill is on CUDA cores).
+// (and it is the only pass for F32, whose prefill is on CUDA cores). Decode runs on tensor
+// cores in the first two passes and on CUDA cores in kCudaCores.
 enum class PrefillKernel { kDefault, kMma, kCudaCores };
 
 std::string kernel_name(PrefillKernel kernel, DType dtype, int64_t head_dim, bool sm90a) {
@@ -187,6 +189,7 @@ TEST_F(AttentionCuda, MatchesCpu) {
         auto poison = cuda::copy_into_device(fill_nan(b.query.shape(), dtype), d.out);
         ASSERT_TRUE(poison.is_ok()) << poison.to_string();
         d.params.tensor_cores = kernel != PrefillKernel::kCudaCores;
+        d.params.decode_tensor_cores = kernel != PrefillKernel::kCudaCores;
         d.params.wgmma = kernel == PrefillKernel::kDefault;
         Status s = cuda::paged_attention(d.query, d.kv_cache, d.block_tables, d.params, d.workspace,
                                          d.out, nullptr);
@@ -195,6 +198,66 @@ TEST_F(AttentionCuda, MatchesCpu) {
         ASSERT_TRUE(out) << out.status().to_string();
         EXPECT_TRUE(relative_l2(to_f32(*out), ref, tolerance(dtype)));
       }
+    }
+  }
+}
+
+// BF16 decode on the tensor-core kernel (attention_decode_mma.cuh) against the CPU op and
+// against the CUDA-core small kernel, over BF16 and FP8 caches: Qwen3.5-27B's decode at batch
+// 64 (4 kv heads, G 6, D 256: 1024-token contexts, mixed lengths, split and not), GQA groups 1
+// to 16, head dims 64 / 128 / 256, several tokens in one small block, batch 1 at 16k. Outputs
+// and the split workspace start as NaN, so a row or partial never written fails.
+TEST_F(AttentionCuda, DecodeTensorCoresMatchCpuAndCudaCores) {
+  const std::vector<AttnCase> cases = {
+      {"27B decode R=64 1024", repeat(1, 64), repeat(1024, 64), 4, 6, 256, 16},
+      {"27B decode R=64 mixed", repeat(1, 64), random_lengths(64, 1, 3000, 3), 4, 6, 256, 16},
+      {"27B decode R=64 no split", repeat(1, 64), random_lengths(64, 1, 3000, 4), 4, 6, 256, 16,
+       false},
+      {"decode G=1 D=128", repeat(1, 9), {1, 2, 15, 16, 17, 100, 1000, 4097, 33}, 2, 1, 128, 32},
+      {"decode G=2 D=256 block 64", repeat(1, 5), {1, 17, 100, 1000, 9000}, 4, 2, 256, 64},
+      {"decode G=8 D=128 batch 1", {1}, {16384}, 2, 8, 128, 16},
+      {"decode G=16 D=256", repeat(1, 3), {700, 3000, 9}, 1, 16, 256, 16},
+      {"decode G=4 D=64", repeat(1, 4), {5, 64, 65, 2500}, 2, 4, 64, 16},
+      {"3 tokens G=4 D=128", {3, 3, 1}, {500, 3, 2000}, 2, 4, 128, 16},
+      {"2 tokens G=8 D=256", {2, 1}, {4000, 1}, 2, 8, 256, 32},
+  };
+  const KvCacheScales scaled{0.004f, 0.05f};
+  auto copy = [](const Tensor& t) {
+    auto r = cuda::copy_to_device(t);
+    VLLM_CHECK_MSG(r.has_value(), "{}", r.status().to_string());
+    return *r;
+  };
+  for (const AttnCase& c : cases) {
+    HostBatch b = make_batch(c, DType::kBF16, rng_);
+    ASSERT_LE(b.max_query_len * c.group, 16) << c.name;
+    DeviceBatch d = to_device(b, c, c.workspace);
+    for (bool fp8 : {false, true}) {
+      SCOPED_TRACE(describe(c, DType::kBF16) + (fp8 ? " FP8 cache" : " BF16 cache"));
+      Tensor host_cache = fp8 ? cuda_test::fp8_cache(b.kv_cache, scaled) : b.kv_cache;
+      Tensor ref =
+          fp8 ? cuda_test::cpu_reference_fp8(b, c, host_cache, scaled) : cpu_reference(b, c);
+      Tensor cache = fp8 ? copy(host_cache) : d.kv_cache;
+      d.params.kv_scales = fp8 ? scaled : KvCacheScales{};
+      Tensor outs[2];
+      for (bool tensor_cores : {true, false}) {
+        d.params.decode_tensor_cores = tensor_cores;
+        ASSERT_TRUE(cuda::copy_into_device(fill_nan(b.query.shape(), DType::kBF16), d.out).is_ok());
+        if (d.workspace.defined()) {
+          ASSERT_TRUE(
+              cuda::copy_into_device(fill_nan(d.workspace.shape(), DType::kF32), d.workspace)
+                  .is_ok());
+        }
+        Status s = cuda::paged_attention(d.query, cache, d.block_tables, d.params, d.workspace,
+                                         d.out, nullptr);
+        ASSERT_TRUE(s.is_ok()) << s.to_string();
+        auto out = cuda::copy_to_host(d.out);
+        ASSERT_TRUE(out) << out.status().to_string();
+        outs[tensor_cores ? 0 : 1] = to_f32(*out);
+      }
+      EXPECT_TRUE(relative_l2(outs[0], ref, tolerance(DType::kBF16))) << "tensor cores";
+      EXPECT_TRUE(relative_l2(outs[1], ref, tolerance(DType::kBF16))) << "CUDA cores";
+      EXPECT_TRUE(relative_l2(outs[0], outs[1], tolerance(DType::kBF16)))
+          << "tensor cores against CUDA cores";
     }
   }
 }

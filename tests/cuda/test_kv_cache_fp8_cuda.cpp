@@ -167,13 +167,14 @@ TEST_F(AttentionFp8Cuda, EveryKernelMatchesCpu) {
         Tensor cache = copy(host_cache);
         params.kv_scales = scales;
         // BF16 prefill: tensor cores with wgmma asked for (it must stay on mma.sync), and
-        // CUDA cores.
+        // CUDA cores; BF16 decode: tensor cores, and CUDA cores.
         for (bool tensor_cores : {true, false}) {
           if (dtype == DType::kF32 && !tensor_cores) continue;
           SCOPED_TRACE(cuda_test::describe(c, dtype) +
                        fmt::format(" k_scale={} v_scale={}{}", scales.k_scale, scales.v_scale,
                                    tensor_cores ? "" : " (CUDA cores)"));
           params.tensor_cores = tensor_cores;
+          params.decode_tensor_cores = tensor_cores;
           params.wgmma = true;
           Tensor out = copy(cuda_test::fill_nan(b.query.shape(), dtype));
           Status s = cuda::paged_attention(query, cache, tables, params, workspace, out, nullptr);

@@ -1,5 +1,6 @@
 // vllm::cuda::paged_attention built for the CPU: the op entry (attention.cu) and the kernel
-// sources (attention_tiled.cuh, attention_mma.cuh, attention_combine.cuh, attention_generic.cu)
+// sources (attention_tiled.cuh, attention_decode_mma.cuh, attention_mma.cuh,
+// attention_combine.cuh, attention_generic.cu)
 // compiled by the host compiler, with the launchers running the kernels in the emulator
 // (emulator.h) over host memory that the test labels as CUDA tensors (the launchers choose the
 // kernels as attention_tiled_launch.cuh does; the generic one's launcher has its own emulation
@@ -8,6 +9,7 @@
 #include "emulator.h"  // first: the CUDA builtins the sources below use
 #include "backend/cuda/attention.cu"
 #include "backend/cuda/attention_combine.cuh"
+#include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_generic.cu"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_tiled.cuh"
@@ -35,6 +37,13 @@ alignas(16) unsigned char smem[227 * 1024];
 
 template <typename T, int D, typename C>
 Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaStream_t) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (args.decode_tensor_cores) {  // as attention_tiled_launch.cuh chooses
+      emu::launch(small_grid(args, num_requests), kAttnThreads, smem,
+                  DecodeMmaTile<D, C>::kSmemBytes, [&] { mma_decode_kernel<D, C>(args); });
+      return Status::ok();
+    }
+  }
   emu::launch(small_grid(args, num_requests), kAttnThreads, smem,
               AttnTile<T, D, true, C>::kSmemBytes,
               [&] { tiled_attention_kernel<T, D, true, C>(args); });

@@ -44,6 +44,7 @@ Tensor run_emulated(const cuda_test::HostBatch& b, const AttnCase& c, bool tenso
   params.max_seq_len = max_seq_len > 0 ? max_seq_len : b.max_seq_len;
   params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   params.tensor_cores = tensor_cores;
+  params.decode_tensor_cores = tensor_cores;
   const size_t bytes = cuda::paged_attention_workspace_size(
       static_cast<int64_t>(b.seq_lens.size()), c.kv_heads, c.head_dim, params.max_seq_len);
   Tensor workspace_host, workspace;
@@ -85,7 +86,7 @@ TEST(AttentionEmulated, MatchesCpu) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       cuda_test::HostBatch b = cuda_test::make_batch(c, dtype, rng);
       Tensor ref = cuda_test::cpu_reference(b, c);
-      // BF16 prefill: the tensor-core kernel and the CUDA-core one.
+      // BF16: the tensor-core kernels (prefill and decode) and the CUDA-core ones.
       for (bool tensor_cores : {true, false}) {
         if (dtype == DType::kF32 && !tensor_cores) continue;
         SCOPED_TRACE(cuda_test::describe(c, dtype) + (tensor_cores ? "" : " (CUDA cores)"));
@@ -97,7 +98,7 @@ TEST(AttentionEmulated, MatchesCpu) {
 }
 
 // Row-strided query (the q columns of a fused qkv buffer) and output (a column slice of a
-// wider buffer whose other columns must stay NaN), through both prefill kernels.
+// wider buffer whose other columns must stay NaN), through both prefill and decode kernels.
 TEST(AttentionEmulated, StridedQueryAndOutput) {
   std::mt19937 rng(99);
   const AttnCase c{"strided", {1, 20}, {300, 90}, 1, 4, 64, 16};
@@ -124,6 +125,7 @@ TEST(AttentionEmulated, StridedQueryAndOutput) {
     params.scale = 0.125f;
     for (bool tensor_cores : {true, false}) {
       params.tensor_cores = tensor_cores;
+      params.decode_tensor_cores = tensor_cores;
       Tensor q_view = as_cuda(fused).slice(1, 0, width);
       Tensor out_view = as_cuda(out_big).slice(1, 8, 8 + width);
       Tensor workspace;

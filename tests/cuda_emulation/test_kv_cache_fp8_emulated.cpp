@@ -2,10 +2,11 @@
 // every CI run: the host definition of the saturating e4m3 cast against cuda_fp8.h's own
 // (the cast the write kernel calls), the write kernel bit for bit against the CPU op (F32,
 // BF16 and F16 rows, row strides, padding slots), and every attention kernel over an FP8
-// cache -- the small (decode, split and unsplit) and combine kernels, the CUDA-core prefill
-// kernel, the mma.sync prefill kernel that BF16 prefill takes (on sm_90 too: the dispatch is
-// checked here) and the generic kernel of other head dims -- against the CPU op over the same
-// FP8 cache, with scales of 1 and others (some keys saturated).
+// cache -- the small (decode, split and unsplit; BF16 on tensor cores and on CUDA cores) and
+// combine kernels, the CUDA-core prefill kernel, the mma.sync prefill kernel that BF16 prefill
+// takes (on sm_90 too: the dispatch is checked here) and the generic kernel of other head dims
+// -- against the CPU op over the same FP8 cache, with scales of 1 and others (some keys
+// saturated).
 //
 // Tolerances as the float-cache tests (1e-5 F32, 1e-2 BF16): the kernels read the e4m3 values
 // exactly and apply k_scale inside the softmax scale and v_scale at the end, where the CPU
@@ -136,6 +137,7 @@ Tensor run_emulated(const cuda_test::HostBatch& b, const AttnCase& c, const Tens
   params.max_seq_len = b.max_seq_len;
   params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   params.tensor_cores = tensor_cores;
+  params.decode_tensor_cores = tensor_cores;
   params.kv_scales = scales;
   const size_t bytes = cuda::paged_attention_workspace_size(
       static_cast<int64_t>(b.seq_lens.size()), c.kv_heads, c.head_dim, params.max_seq_len);

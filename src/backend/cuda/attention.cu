@@ -1,7 +1,9 @@
 // The paged-attention op entry: checks every argument on the host before any CUDA call,
 // plans the key split (attention_plan.h) and launches the kernels for the tensor's dtype and
 // head dim: the small-query kernel (always: decode rows, and NaN for requests that break the
-// bounds), the split combine (when keys were split) and the prefill kernel (when some
+// bounds; for BF16 attention_decode_mma.cuh on tensor cores unless
+// params.decode_tensor_cores is off, attention_tiled.cuh otherwise), the split combine (when
+// keys were split) and the prefill kernel (when some
 // request has more than kSmallRows query rows; for BF16 sm90a/attention_wgmma.cu on
 // compute capability 9.0 devices at head dims 128 and 256, attention_mma.cuh elsewhere and for
 // FP8 caches, unless params.tensor_cores is off; attention_tiled.cuh otherwise). Every kernel
@@ -259,6 +261,7 @@ Status paged_attention(const Tensor& query, const Tensor& kv_cache, const Tensor
   args.scale_log2 = params.scale * (fp8 ? params.kv_scales.k_scale : 1.0f) * kLog2e;
   args.v_scale = fp8 ? params.kv_scales.v_scale : 1.0f;
   args.tensor_cores = params.tensor_cores;
+  args.decode_tensor_cores = params.decode_tensor_cores;
   args.wgmma = detail::use_wgmma_prefill(query.dtype(), kv_cache.dtype(), head_dim,
                                          params.tensor_cores, params.wgmma) &&
                runs_sm90a(device.index);

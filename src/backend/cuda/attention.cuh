@@ -34,9 +34,12 @@ struct PagedAttentionParams {
   float scale = 1.0f;         // usually 1 / sqrt(head_dim)
   KvCacheScales kv_scales;    // an F8_E4M3 cache's (tensor/kv_cache.h); ignored otherwise
   // BF16 prefill (requests with more than 16 query rows per kv head) on tensor cores;
-  // false runs the CUDA-core kernel instead (kept to compare against). F32 and decode
-  // always use CUDA cores.
+  // false runs the CUDA-core kernel instead (kept to compare against). F32 always uses CUDA
+  // cores.
   bool tensor_cores = true;
+  // BF16 decode (requests with at most 16 query rows per kv head) on tensor cores; false runs
+  // the CUDA-core small kernel instead (kept to compare against; F32 always runs it).
+  bool decode_tensor_cores = true;
   // With tensor_cores, head dims 128 and 256 on a compute capability 9.0 device (H100, H200)
   // take the wgmma kernel (Hopper's warpgroup tensor cores); false keeps the mma.sync one
   // that other devices run (to compare against). FP8 caches always take the mma.sync one.

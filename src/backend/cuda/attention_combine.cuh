@@ -1,6 +1,7 @@
-// The merge step of flash-decoding: the chunks of a split small block (attention_tiled.cuh
-// wrote their unnormalised outputs, row maxima and row sums into the workspace, laid out as
-// attention_plan.h says) combined into the final rows. One block per (kv head, request, row).
+// The merge step of flash-decoding: the chunks of a split small block (attention_tiled.cuh or,
+// for BF16, attention_decode_mma.cuh wrote their unnormalised outputs, row maxima and row sums
+// into the workspace, laid out as attention_plan.h says) combined into the final rows. One
+// block per (kv head, request, row).
 #pragma once
 
 #include <cmath>
@@ -41,7 +42,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_splits_kernel(const A
   if (!req.valid) return;
   const int rows = req.q_len * a.group;
   if (rows == 0 || rows > kSmallRows || row >= rows) return;
-  // The small kernel's chunks (its key tile at this head dim: attention_tiled.cuh).
+  // The small kernel's chunks (the CUDA-core one's key tile at this head dim, which the
+  // tensor-core one keeps: attention_tiled.cuh, attention_decode_mma.cuh).
   const int chunks = chunks_of<AttnTile<T, D, true>::kKeys>(req.seq_len, a.num_splits);
   if (chunks <= 1) return;
   const int64_t first_slot =

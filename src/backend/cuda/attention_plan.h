@@ -107,14 +107,17 @@ struct AttentionArgs {
   // warpgroup tensor cores instead (sm90a/attention_wgmma.cu).
   bool tensor_cores = false;
   bool wgmma = false;
+  // BF16 small blocks (decode) on tensor cores (attention_decode_mma.cuh).
+  bool decode_tensor_cores = false;
 };
 
 // Launchers, one instantiation per storage type T of query and output (float,
 // __nv_bfloat16), head dim and cache element type C: T itself, or KvFp8 (kv_fp8.cuh) for an
 // F8_E4M3 cache.
 // Small: every request's small block(s), grid (num_splits, Hk, R); requests with more rows
-// return at once. Large: grid (q_tiles, Hk, R) over the requests the small kernel skips
-// (on tensor cores for BF16 when args.tensor_cores, on wgmma when args.wgmma).
+// return at once (on tensor cores for BF16 when args.decode_tensor_cores).
+// Large: grid (q_tiles, Hk, R) over the requests the small kernel skips (on tensor cores for
+// BF16 when args.tensor_cores, on wgmma when args.wgmma).
 // Combine: merges the chunks of split small blocks, grid (Hk, R).
 template <typename T, int D, typename C = T>
 Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaStream_t stream);

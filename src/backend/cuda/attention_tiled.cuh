@@ -1,8 +1,9 @@
 // Paged attention kernels on CUDA cores (f32 arithmetic), for F32 and BF16 storage and a
 // cache of the same dtype or FP8 (C = KvFp8: its e4m3 bytes are copied into the shared tiles
 // as they are and read as floats there; kv_fp8.cuh says where the scales go):
-// flash-attention tiling with an online softmax over the paged KV cache (BF16 prefill runs
-// on tensor cores by default: attention_mma.cuh, same split and masking). Included only by
+// flash-attention tiling with an online softmax over the paged KV cache (BF16 runs on tensor
+// cores by default, with the same split and masking: decode in attention_decode_mma.cuh,
+// prefill in attention_mma.cuh). Included only by
 // attention_tiled_launch.cuh (for the per-dtype instantiation files) and by the CPU
 // emulation test (tests/cuda_emulation), which runs this source on the host.
 //

@@ -1,5 +1,6 @@
-// Launchers of the paged-attention kernels (attention_tiled.cuh, attention_mma.cuh,
-// attention_combine.cuh; the wgmma prefill kernel has its own, sm90a/attention_wgmma.cu) and
+// Launchers of the paged-attention kernels (attention_tiled.cuh, attention_decode_mma.cuh,
+// attention_mma.cuh, attention_combine.cuh; the wgmma prefill kernel has its own,
+// sm90a/attention_wgmma.cu) and
 // the macros that instantiate them for one storage type and head dim, over a cache of that
 // type (attention_f32.cu, attention_bf16.cu) or an FP8 one (attention_fp8_f32.cu,
 // attention_fp8_bf16.cu).
@@ -10,6 +11,7 @@
 #include <type_traits>
 
 #include "backend/cuda/attention_combine.cuh"
+#include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_tiled.cuh"
 #include "backend/cuda/attention_wgmma.h"
@@ -29,6 +31,17 @@ Status launch_tiled(const AttentionArgs& args, dim3 grid, cudaStream_t stream, c
 
 template <typename T, int D, typename C>
 Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (args.decode_tensor_cores) {
+      using Tile = DecodeMmaTile<D, C>;
+      auto* kernel = &mma_decode_kernel<D, C>;
+      VLLM_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
+      launch_pdl(kernel, small_grid(args, num_requests), kAttnThreads, Tile::kSmemBytes, stream,
+                 args);
+      return check_launch("paged_attention tensor-core decode kernel");
+    }
+  }
   return launch_tiled<T, D, true, C>(args, small_grid(args, num_requests), stream,
                                      "paged_attention small-query kernel");
 }

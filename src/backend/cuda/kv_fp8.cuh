@@ -84,16 +84,39 @@ __device__ __forceinline__ uint16_t kv_bf16_bits(const KvFp8* p) {
   return r.x;
 }
 
+// Two e4m3 bytes (the first in the low byte) as a BF16 pair in one register, the first in the
+// low half (exact).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t bits) {
+  const float2 v = e4m3x2_to_float2(bits);
+  const __nv_bfloat16_raw lo = __float2bfloat16_rn(v.x);
+  const __nv_bfloat16_raw hi = __float2bfloat16_rn(v.y);
+  return (static_cast<uint32_t>(hi.x) << 16) | lo.x;
+}
+
 // Two consecutive cache elements (4-byte aligned for BF16, 2-byte for FP8) as a BF16 pair in
 // one register, the first in the low half: an mma.sync fragment register.
 __device__ __forceinline__ uint32_t load_kv_bf16x2(const __nv_bfloat16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 __device__ __forceinline__ uint32_t load_kv_bf16x2(const KvFp8* p) {
-  const float2 v = e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(p));
-  const __nv_bfloat16_raw lo = __float2bfloat16_rn(v.x);
-  const __nv_bfloat16_raw hi = __float2bfloat16_rn(v.y);
-  return (static_cast<uint32_t>(hi.x) << 16) | lo.x;
+  return e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p));
+}
+
+// Eight consecutive cache elements (aligned to their 8 * sizeof(C) bytes: one 16-byte load for
+// BF16, one 8-byte load for FP8) as four BF16 pairs, elements 2i and 2i + 1 in w[i].
+__device__ __forceinline__ void load_kv_bf16x8(const __nv_bfloat16* p, uint32_t (&w)[4]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  w[0] = v.x;
+  w[1] = v.y;
+  w[2] = v.z;
+  w[3] = v.w;
+}
+__device__ __forceinline__ void load_kv_bf16x8(const KvFp8* p, uint32_t (&w)[4]) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  w[0] = e4m3x2_to_bf16x2(static_cast<uint16_t>(v.x & 0xffffu));
+  w[1] = e4m3x2_to_bf16x2(static_cast<uint16_t>(v.x >> 16));
+  w[2] = e4m3x2_to_bf16x2(static_cast<uint16_t>(v.y & 0xffffu));
+  w[3] = e4m3x2_to_bf16x2(static_cast<uint16_t>(v.y >> 16));
 }
 
 }  // namespace vllm::cuda::detail
