@@ -37,6 +37,17 @@
 // they add exact zeros to every sum and never change; only the state load and store and the
 // k/q loads are masked, the token loop's arithmetic is the same as at Dk = C (Qwen's 128).
 // Dv is any size (the columns past Dv are idle lanes that still take part in the shuffles).
+//
+// The wide kernel (Dk in (64, 128], Qwen's 128, and Dv a multiple of 16). At decode each
+// token is one step, so the kernel is the state's load and store: 64 KB each way per head at
+// 128 x 128 in f32, about as many bytes as a 4B model's weights at batch 64. The kernel above
+// moves it 4 bytes a lane (8 lanes of a row group cover 32 bytes of a row). The wide kernel
+// gives a warp 16 columns in kWideRowGroups = 8 row groups of 16 rows, and each lane 4
+// adjacent columns: lane = row_group * 4 + column group, so a lane moves its state in
+// 16-byte loads and stores (8-byte for 16-bit states), a warp's row group covers 64 bytes of
+// a row, and the warp count halves. Its column sums complete over the 8 row groups with three
+// xor shuffles (lanes 4, 8 and 16 apart) per column; everything else, including the order of
+// each lane's sums and the staging of k and q, is the kernel above at C = 128.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -294,6 +305,259 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   }
 }
 
+constexpr int kWideRowGroups = 8;
+constexpr int kWideColsPerLane = 4;
+constexpr int kWideColsPerWarp = kWarpSize / kWideRowGroups * kWideColsPerLane;  // 16
+constexpr int kWideCap = 128;
+
+// Whether the wide kernel takes these head dims.
+constexpr bool wide_rule_fits(int64_t dk, int64_t dv) {
+  return dk > kWideCap / 2 && dk <= kWideCap && dv % kWideColsPerWarp == 0;
+}
+
+// Four adjacent state elements (i a multiple of 4) in their storage type, as f32: one 16-byte
+// load for F32, one 8-byte load for BF16 / F16.
+__device__ __forceinline__ float4 load_state4(const void* base, int64_t i, StateType type) {
+  if (type == StateType::kF32)
+    return *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+  const uint2 w = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(base) + i);
+  float2 lo, hi;
+  if (type == StateType::kBF16) {
+    lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.x));
+    hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.y));
+  } else {
+    lo = __half22float2(*reinterpret_cast<const __half2*>(&w.x));
+    hi = __half22float2(*reinterpret_cast<const __half2*>(&w.y));
+  }
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// The same four elements set to v rounded to the storage type (each to nearest, ties to even).
+__device__ __forceinline__ void store_state4(void* base, int64_t i, float4 v, StateType type) {
+  if (type == StateType::kF32) {
+    *reinterpret_cast<float4*>(static_cast<float*>(base) + i) = v;
+    return;
+  }
+  uint2 w;
+  if (type == StateType::kBF16) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    w.x = *reinterpret_cast<const uint32_t*>(&lo);
+    w.y = *reinterpret_cast<const uint32_t*>(&hi);
+  } else {
+    const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+    w.x = *reinterpret_cast<const uint32_t*>(&lo);
+    w.y = *reinterpret_cast<const uint32_t*>(&hi);
+  }
+  *reinterpret_cast<uint2*>(static_cast<uint16_t*>(base) + i) = w;
+}
+
+// The wide kernel (see the top of the file); p.col_tiles = Dv / 16, wide_rule_fits(p.dk, p.dv).
+template <typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
+    gated_delta_rule_wide_kernel(RuleParams<T> p) {
+  pdl_wait();
+  pdl_launch_next();
+  constexpr int kCap = kWideCap;
+  constexpr int kRows = kCap / kWideRowGroups;  // 16 state rows per lane
+  constexpr int kPerLane = kCap / kWarpSize;    // k / q elements each lane stages
+  constexpr int kMinDk = kCap / 2 + 1;
+  constexpr int kC = kWideColsPerLane;
+#if defined(VLLM_CUDA_EMULATION)
+  auto& stage = *reinterpret_cast<float(*)[kWarpsPerBlock][2][2][kCap]>(gdn_rule_smem);
+#else
+  extern __shared__ __align__(16) float rule_smem[];
+  auto& stage = *reinterpret_cast<float(*)[kWarpsPerBlock][2][2][kCap]>(rule_smem);
+#endif
+
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  const int64_t items_per_request = static_cast<int64_t>(p.value_heads) * p.col_tiles;
+  // Early returns are uniform across the warp (they depend on the item only).
+  if (item >= items_per_request * p.batch.num_requests) return;
+  const int request = static_cast<int>(item / items_per_request);
+  const int head = static_cast<int>(item / p.col_tiles % p.value_heads);
+  const int tile = static_cast<int>(item % p.col_tiles);
+  const int key_head = head / p.group;
+  const int row_group = lane / (kWarpSize / kWideRowGroups);
+  const int col = tile * kWideColsPerWarp + (lane % (kWarpSize / kWideRowGroups)) * kC;
+  const bool writes_out = row_group == 0;
+
+  const detail::RequestRows rows = detail::request_rows(p.batch, request);
+  if (rows.begin == rows.end || rows.end - rows.begin >= p.chunked_min_rows) return;
+  const int64_t out_col = static_cast<int64_t>(head) * p.dv + col;
+  if (rows.slot < 0) {  // padding: no state, zero outputs
+    if (writes_out) {
+      for (int t = rows.begin; t < rows.end; ++t) {
+#pragma unroll
+        for (int c = 0; c < kC; ++c) p.out[t * p.out_stride + out_col + c] = from_float<T>(0.0f);
+      }
+    }
+    return;
+  }
+
+  const int first_row = row_group * kRows;
+  const int own_rows = min(max(p.dk - first_row, 0), kRows);
+  const int64_t state_at =
+      ((static_cast<int64_t>(rows.slot) * p.value_heads + head) * p.dk + min(first_row, p.dk)) *
+          p.dv +
+      col;
+  float s[kRows][kC];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const float4 v =
+        i < own_rows ? load_state4(p.state, state_at + static_cast<int64_t>(i) * p.dv, p.state_type)
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    s[i][0] = v.x;
+    s[i][1] = v.y;
+    s[i][2] = v.z;
+    s[i][3] = v.w;
+  }
+
+  const int64_t qk_col = static_cast<int64_t>(key_head) * p.dk;
+  bool qk_ok[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    qk_ok[e] = (e + 1) * kWarpSize <= kMinDk || e * kWarpSize + lane < p.dk;
+  }
+  float k_raw[kPerLane], q_raw[kPerLane];
+  float v_next[kC] = {}, g_next = 0.0f, beta_next = 0.0f;
+  auto load_token = [&](int t) {
+    const T* kt = p.k + t * p.k_stride + qk_col;
+    const T* qt = p.q + t * p.q_stride + qk_col;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      k_raw[e] = qk_ok[e] ? to_float(kt[e * kWarpSize + lane]) : 0.0f;
+      q_raw[e] = qk_ok[e] ? to_float(qt[e * kWarpSize + lane]) : 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < kC; ++c) v_next[c] = to_float(p.v[t * p.v_stride + out_col + c]);
+    g_next = p.g[t * p.g_stride + head];
+    beta_next = p.beta[t * p.beta_stride + head];
+  };
+  auto stage_token = [&](int buffer) {
+    float k_inv = 1.0f, q_inv = 1.0f;
+    if (p.use_l2norm) {
+      float k_sq = 0.0f, q_sq = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) {
+        k_sq += k_raw[e] * k_raw[e];
+        q_sq += q_raw[e] * q_raw[e];
+      }
+      k_sq = detail::warp_sum(k_sq);
+      q_sq = detail::warp_sum(q_sq);
+      k_inv = 1.0f / sqrtf(k_sq + p.l2norm_eps);
+      q_inv = 1.0f / sqrtf(q_sq + p.l2norm_eps);
+    }
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      stage[warp][buffer][0][e * kWarpSize + lane] = k_raw[e] * k_inv;
+      stage[warp][buffer][1][e * kWarpSize + lane] = (q_raw[e] * q_inv) * p.scale;
+    }
+  };
+  // Completes a column sum over the 8 row groups.
+  auto row_group_sum = [](float v) {
+    v += __shfl_xor_sync(kFullMask, v, 4);
+    v += __shfl_xor_sync(kFullMask, v, 8);
+    v += __shfl_xor_sync(kFullMask, v, 16);
+    return v;
+  };
+
+  load_token(rows.begin);
+  stage_token(0);
+  float v_cur[kC], g_cur = g_next, beta_cur = beta_next;
+#pragma unroll
+  for (int c = 0; c < kC; ++c) v_cur[c] = v_next[c];
+  __syncwarp();
+  int buffer = 0;
+  for (int t = rows.begin; t < rows.end; ++t) {
+    const bool has_next = t + 1 < rows.end;  // uniform across the warp
+    if (has_next) load_token(t + 1);
+    const float4* k4 = reinterpret_cast<const float4*>(&stage[warp][buffer][0][first_row]);
+    const float4* q4 = reinterpret_cast<const float4*>(&stage[warp][buffer][1][first_row]);
+
+    const float decay = expf(g_cur);
+    float mem[kC] = {};
+#pragma unroll
+    for (int i = 0; i < kRows; i += 4) {
+      const float4 kv = k4[i / 4];
+      const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+          s[i + r][c] *= decay;
+          mem[c] = fmaf(s[i + r][c], kr[r], mem[c]);
+        }
+      }
+    }
+    float delta[kC];
+#pragma unroll
+    for (int c = 0; c < kC; ++c) delta[c] = (v_cur[c] - row_group_sum(mem[c])) * beta_cur;
+
+    float o[kC] = {};
+#pragma unroll
+    for (int i = 0; i < kRows; i += 4) {
+      const float4 kv = k4[i / 4];
+      const float4 qv = q4[i / 4];
+      const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
+      const float qr[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+          s[i + r][c] = fmaf(kr[r], delta[c], s[i + r][c]);
+          o[c] = fmaf(s[i + r][c], qr[r], o[c]);
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kC; ++c) o[c] = row_group_sum(o[c]);
+    if (writes_out) {
+#pragma unroll
+      for (int c = 0; c < kC; ++c) p.out[t * p.out_stride + out_col + c] = from_float<T>(o[c]);
+    }
+
+    if (has_next) stage_token(buffer ^ 1);
+    __syncwarp();
+    buffer ^= 1;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) v_cur[c] = v_next[c];
+    g_cur = g_next;
+    beta_cur = beta_next;
+  }
+
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    if (i < own_rows) {
+      store_state4(p.state, state_at + static_cast<int64_t>(i) * p.dv,
+                   make_float4(s[i][0], s[i][1], s[i][2], s[i][3]), p.state_type);
+    }
+  }
+}
+
+template <typename T>
+Status launch_rule_wide(RuleParams<T> p, cudaStream_t stream) {
+  VLLM_CHECK(wide_rule_fits(p.dk, p.dv));
+  p.col_tiles = p.dv / kWideColsPerWarp;
+  const int64_t items = static_cast<int64_t>(p.batch.num_requests) * p.value_heads * p.col_tiles;
+  const int64_t blocks = detail::ceil_div(items, kWarpsPerBlock);
+  if (blocks > INT_MAX) {
+    return make_error(ErrorCode::kUnsupported,
+                      "cuda::gated_delta_rule: {} requests x {} heads exceed the grid limit",
+                      p.batch.num_requests, p.value_heads);
+  }
+#if defined(VLLM_CUDA_EMULATION)
+  (void)stream;
+  emu::launch(dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * kWarpSize, gdn_rule_smem,
+              rule_smem_bytes<kWideCap>(), [&] { gated_delta_rule_wide_kernel<T>(p); });
+  return Status::ok();
+#else
+  detail::launch_pdl(gated_delta_rule_wide_kernel<T>, static_cast<unsigned>(blocks),
+                     kWarpsPerBlock * kWarpSize, rule_smem_bytes<kWideCap>(), stream, p);
+  return check_launch("gated_delta_rule_wide_kernel");
+#endif
+}
+
 template <typename T, int kCap>
 Status launch_rule(const RuleParams<T>& p, cudaStream_t stream) {
   VLLM_CHECK(p.dk >= min_key_dim<kCap>() && p.dk <= kCap);
@@ -388,11 +652,13 @@ ChunkPlan plan_chunked(DType act, int64_t tokens, int64_t requests, int64_t key_
   return plan;
 }
 
-// The kernel of the smallest capacity that holds p.dk (1 .. kMaxKeyDim, checked).
+// The kernel of the smallest capacity that holds p.dk (1 .. kMaxKeyDim, checked); the wide
+// kernel where it fits.
 template <typename T>
 Status dispatch_rule(const RuleParams<T>& p, cudaStream_t stream) {
   if (p.dk <= 32) return launch_rule<T, 32>(p, stream);
   if (p.dk <= 64) return launch_rule<T, 64>(p, stream);
+  if (wide_rule_fits(p.dk, p.dv)) return launch_rule_wide<T>(p, stream);
   if (p.dk <= 128) return launch_rule<T, 128>(p, stream);
   static_assert(kMaxKeyDim == 256);
   return launch_rule<T, 256>(p, stream);
