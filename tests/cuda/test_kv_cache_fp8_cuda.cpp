@@ -30,6 +30,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cache.cuh"
 #include "backend/cuda/runtime.h"
+#include "base/float_convert.h"
 #include "cuda_device_util.h"
 #include "cuda_test_util.h"
 #include "engine/engine_core.h"
@@ -166,16 +167,23 @@ TEST_F(AttentionFp8Cuda, EveryKernelMatchesCpu) {
         Tensor ref = cuda_test::cpu_reference_fp8(b, c, host_cache, scales);
         Tensor cache = copy(host_cache);
         params.kv_scales = scales;
-        // BF16 prefill: tensor cores with wgmma asked for (it must stay on mma.sync), and
-        // CUDA cores; BF16 decode: tensor cores, and CUDA cores.
-        for (bool tensor_cores : {true, false}) {
-          if (dtype == DType::kF32 && !tensor_cores) continue;
-          SCOPED_TRACE(cuda_test::describe(c, dtype) +
-                       fmt::format(" k_scale={} v_scale={}{}", scales.k_scale, scales.v_scale,
-                                   tensor_cores ? "" : " (CUDA cores)"));
-          params.tensor_cores = tensor_cores;
-          params.decode_tensor_cores = tensor_cores;
-          params.wgmma = true;
+        // BF16 prefill: tensor cores with wgmma asked for (the wgmma kernel on compute
+        // capability 9.0 at head dims 128 / 256), tensor cores without it (mma.sync), and CUDA
+        // cores; BF16 decode: tensor cores, and CUDA cores.
+        struct Variant {
+          bool tensor_cores, wgmma;
+          const char* name;
+        };
+        for (const Variant v : {Variant{true, true, ""}, Variant{true, false, " (mma.sync)"},
+                                Variant{false, false, " (CUDA cores)"}}) {
+          if (dtype == DType::kF32 && !v.tensor_cores) continue;
+          if (dtype == DType::kF32 && !v.wgmma) continue;  // F32 never takes wgmma
+          SCOPED_TRACE(cuda_test::describe(c, dtype) + fmt::format(" k_scale={} v_scale={}{}",
+                                                                   scales.k_scale, scales.v_scale,
+                                                                   v.name));
+          params.tensor_cores = v.tensor_cores;
+          params.decode_tensor_cores = v.tensor_cores;
+          params.wgmma = v.wgmma;
           Tensor out = copy(cuda_test::fill_nan(b.query.shape(), dtype));
           Status s = cuda::paged_attention(query, cache, tables, params, workspace, out, nullptr);
           ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -183,6 +191,61 @@ TEST_F(AttentionFp8Cuda, EveryKernelMatchesCpu) {
                                              dtype == DType::kF32 ? 1e-5 : 1e-2));
         }
       }
+    }
+  }
+}
+
+// The prefill kernels widen e4m3 codes to BF16 (the wgmma kernel by bit moves and a BF16
+// multiply, which must keep subnormal codes). With every key code 0 the scores are equal, so a
+// request's first query row, which sees key 0 only, comes out as key 0's V row exactly: here
+// every finite code (NaN codes replaced by 0) across the kv heads and dims of that row.
+TEST_F(AttentionFp8Cuda, PrefillTakesEveryCodeExactly) {
+  for (int64_t d : {128, 256}) {
+    const AttnCase c{"every code", {300}, {300}, 256 / d, 2, d, 16};
+    cuda_test::HostBatch b = cuda_test::make_batch(c, DType::kBF16, rng_);
+    Tensor cache = cuda_test::fp8_cache(b.kv_cache, {1.0f, 1.0f});
+    const int64_t bs = c.block_size, row = c.kv_heads * d;
+    uint8_t* codes = cache.data<uint8_t>();
+    for (int64_t blk = 0; blk < cache.size(0); ++blk) {  // every K code 0
+      std::memset(codes + blk * 2 * bs * row, 0, static_cast<size_t>(bs * row));
+    }
+    const int32_t block0 = b.block_tables.data<int32_t>()[0];
+    uint8_t* v0 = codes + (static_cast<int64_t>(block0) * 2 + 1) * bs * row;  // key 0's V row
+    for (int64_t i = 0; i < row; ++i) {
+      const auto code = static_cast<uint8_t>(i);
+      v0[i] = (code & 0x7f) == 0x7f ? 0 : code;
+    }
+    auto copy = [](const Tensor& t) { return cuda::copy_to_device(t).value(); };
+    Tensor query = copy(b.query), tables = copy(b.block_tables), dev_cache = copy(cache);
+    cuda::PagedAttentionParams params;
+    params.query_start_loc = copy(cuda_test::i32_tensor(b.query_start_loc));
+    params.seq_lens = copy(cuda_test::i32_tensor(b.seq_lens));
+    params.max_query_len = b.max_query_len;
+    params.max_seq_len = b.max_seq_len;
+    params.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    params.kv_scales = {1.0f, 1.0f};
+    for (bool wgmma : {true, false}) {
+      SCOPED_TRACE(fmt::format("head dim {}{}", d, wgmma ? "" : " (mma.sync)"));
+      params.wgmma = wgmma;
+      Tensor out = copy(cuda_test::fill_nan(b.query.shape(), DType::kBF16));
+      Tensor workspace;
+      const Status st =
+          cuda::paged_attention(query, dev_cache, tables, params, workspace, out, nullptr);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      const Tensor got = to_host(out);
+      int mismatches = 0;
+      for (int64_t h = 0; h < c.kv_heads * c.group; ++h) {
+        for (int64_t i = 0; i < d; ++i) {
+          const float want = fp8e4m3_to_f32(v0[(h / c.group) * d + i]);
+          const float have = bf16_to_f32(got.data<uint16_t>()[h * d + i]);
+          if (have != want && mismatches++ < 8) {
+            ADD_FAILURE() << "head " << h << " dim " << i << ": code "
+                          << int{v0[(h / c.group) * d + i]} << " gave " << have << ", want "
+                          << want;
+          }
+        }
+      }
+      EXPECT_EQ(mismatches, 0);
     }
   }
 }

@@ -103,6 +103,44 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t w, float scale) {
   return out;
 }
 
+// Four e4m3 codes (one word, the lowest byte first) as their exact BF16 values, without
+// conversion instructions (they issue 16 a clock per SM): bytes 0-1 in x (byte 0 in the low
+// half), bytes 2-3 in y. Each code's sign goes to bit 15 and its exponent and mantissa bits to
+// bits 10..4: the BF16 whose exponent field is the code's, i.e. the code's value times 2^-120,
+// exactly, its subnormal codes as BF16 subnormals. One BF16 multiply by 2^120 (exact: BF16
+// arithmetic keeps subnormal inputs) restores the value. The NaN codes 0x7f / 0xff come out as
+// +-480, which no quantizer writes.
+__device__ __forceinline__ uint2 e4m3x4_to_bf16x4_exact(uint32_t w) {
+  const uint32_t b01 = (w & 0xffu) | ((w & 0xff00u) << 8);  // byte 0 -> bits 0-7, 1 -> 16-23
+  const uint32_t b23 = ((w >> 16) & 0xffu) | ((w >> 8) & 0xff0000u);
+  const uint32_t x = ((b01 & 0x00800080u) << 8) | ((b01 & 0x007f007fu) << 4);
+  const uint32_t y = ((b23 & 0x00800080u) << 8) | ((b23 & 0x007f007fu) << 4);
+  uint2 out;
+#if defined(__CUDA_ARCH__)
+  constexpr uint32_t kTwoTo120 = 0x7b807b80u;   // 2^120 in both halves
+  constexpr uint32_t kMinusZero = 0x80008000u;  // x * 2^120 + (-0) keeps the sign of a zero
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out.x) : "r"(x), "r"(kTwoTo120), "r"(kMinusZero));
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(out.y) : "r"(y), "r"(kTwoTo120), "r"(kMinusZero));
+#else
+  auto scale = [](uint32_t v) {  // the same products in f32 (exact), back to BF16 bits
+    uint32_t r = 0;
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t f_bits = ((v >> (16 * h)) & 0xffffu) << 16;
+      float f;
+      std::memcpy(&f, &f_bits, 4);
+      f *= 1.329227995784916e36f;  // 2^120
+      uint32_t g;
+      std::memcpy(&g, &f, 4);
+      r |= (g >> 16) << (16 * h);
+    }
+    return r;
+  };
+  out.x = scale(x);
+  out.y = scale(y);
+#endif
+  return out;
+}
+
 // The weight that activations of type T multiply: the e4m3 value q times its block's scale,
 // rounded once to BF16 under BF16 activations, the f32 product under F32 ones.
 template <typename T>
