@@ -14,14 +14,15 @@
 //
 // The FP8 weights of the batched GEMV's tensor-core kernel (gemv.cu, launch_gemv with scales):
 // every row count, Qwen3.5's hidden sizes as K (2048, 2560, 5120) with N off the 16-row tile,
-// K with a partial last step, blocks from 16 x 16 to 128 x 128, every block shape and warp
-// count, the fused residual-add + RMSNorm. Each output is held against the dequantized weight
-// rounded to BF16 (the values the kernel multiplies: f32 sums of exact products, in another
-// order) to 2e-5 and against cpu::linear on the FP8 weight to 5e-3, both relative to
+// K with a partial last step, blocks from 16 x 64 to 128 x 128, every block shape and warp
+// count, the fused residual-add + RMSNorm. Each output is held against cpu::linear on the FP8
+// weight (the f32 dequantized weight, which the kernel multiplies: the codes' exact products
+// summed a step at a time, then times the step's block scale) to 2e-5, and against the
+// dequantized weight rounded to BF16 (the cuBLASLt path's) to 5e-3, both relative to
 // |w_n| |x_m| (the scale of the sum's terms; a block at the e4m3 maximum would drown the other
 // outputs in a norm over all of them); bit for bit: one-hot columns equal the dequantized
-// weight, a row's result does not depend on M, and the fused norm's product equals the plain
-// one on its normed rows.
+// weight, every code under every scale too, a row's result does not depend on M, and the fused
+// norm's product equals the plain one on its normed rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -256,7 +257,8 @@ TEST(Fp8DequantizeEmulated, EqualsTheCpuDequantization) {
 using cuda::detail::GemvLaunch;
 using cuda::detail::GemvProblem;
 
-// The dequantized weight rounded to BF16, as F32: what the kernels multiply BF16 x by.
+// The dequantized weight rounded to BF16, as F32: what the dequantized cuBLASLt path and the
+// CUDA-core FP8 GEMV multiply BF16 x by.
 Tensor bf16_weight_of(const LinearWeight& w) {
   auto deq = dequantize_fp8_blocks(w);
   EXPECT_TRUE(deq.has_value()) << deq.status().to_string();
@@ -306,6 +308,7 @@ void run_mma_case(const MmaCase& c, const GemvLaunch* launch, std::mt19937& rng)
   const Tensor x = cuda_test::random_tensor({c.m, c.k}, kBF16, rng, 0.0f, 1.0f);
   const Tensor bias = c.bias ? cuda_test::random_tensor({c.n}, kF32, rng, 0.0f, 1.0f) : Tensor();
   const Tensor x32 = cuda_test::to_f32(x), w_bf16 = bf16_weight_of(w);
+  const Tensor w_f32 = dequantize_fp8_blocks(w).value();
   Tensor ref = Tensor::empty({c.m, c.n}, kF32), ref_fp8 = Tensor::empty({c.m, c.n}, kF32);
   ASSERT_TRUE(cpu::linear(x32, w_bf16, bias, ref).is_ok());
   ASSERT_TRUE(cpu::linear(x32, w, bias, ref_fp8).is_ok());
@@ -318,25 +321,28 @@ void run_mma_case(const MmaCase& c, const GemvLaunch* launch, std::mt19937& rng)
   const Tensor got = cuda_test::to_f32(out);
   // BF16 outputs: one rounding, 2^-9 of the value at most.
   const double tolerance = c.out_dtype == kF32 ? 2e-5 : 4e-3;
-  EXPECT_TRUE(cuda_test::close_products(got, ref, w_bf16, x32, tolerance))
-      << "against the BF16 weight";
-  EXPECT_TRUE(cuda_test::close_products(got, ref_fp8, w_bf16, x32, 5e-3)) << "against cpu::linear";
+  EXPECT_TRUE(cuda_test::close_products(got, ref_fp8, w_f32, x32, tolerance))
+      << "against cpu::linear";
+  EXPECT_TRUE(cuda_test::close_products(got, ref, w_f32, x32, 5e-3)) << "against the BF16 weight";
+  if (c.out_dtype == kF32 && c.n * c.k >= 4096) {  // the difference shows: not BF16 weights
+    EXPECT_FALSE(cuda_test::close_products(got, ref, w_f32, x32, 2e-5)) << "as the BF16 weight";
+  }
 }
 
 // Every instantiation and block shape at Qwen3.5's hidden sizes (K 2048, 2560, 5120: 32, 40,
 // 80 steps of 64), N off the tile, K with a partial last step (1056, 144), blocks of 16 to 128
-// rows and columns, BF16 outputs and bias. The emulated GPU has 2 SMs: the chosen shapes are
-// 16-row blocks of 16 or 12 warps up to 64 features and 32-row blocks of 8 from 128.
+// rows and 64 to 128 columns, BF16 outputs and bias. The emulated GPU has 2 SMs: the chosen shapes
+// are 16-row blocks of 16 or 12 warps up to 64 features and 32-row blocks of 8 from 128.
 TEST(GemvFp8MmaEmulated, MatchesCpuOverBlockAndLaunchShapes) {
   std::mt19937 rng(5150);
   const MmaCase cases[] = {
       {1, 33, 2560},
       {2, 40, 2048, {128, 128}, kBF16},
       {8, 24, 5120, {128, 128}, kF32, true},
-      {3, 130, 256, {16, 16}},
+      {3, 130, 256, {16, 64}},
       {5, 17, 1056, {32, 64}, kBF16, true},
-      {4, 50, 144, {48, 16}},
-      {7, 1, 16, {16, 16}},
+      {4, 50, 144, {48, 64}},
+      {7, 1, 16, {16, 64}},
   };
   for (const MmaCase& c : cases) {
     run_mma_case(c, nullptr, rng);
@@ -356,18 +362,16 @@ TEST(GemvFp8MmaEmulated, EveryRowCount) {
   }
 }
 
-// A one-hot x picks one column of the weight: bit for bit the dequantized weight rounded to
-// BF16, for columns in every lane's chunk, product and step position, and in a block at the
-// e4m3 maximum.
+// A one-hot x picks one column of the weight: bit for bit the f32 dequantized weight, for
+// columns in every lane's chunk, product and step position, and in a block at the e4m3
+// maximum.
 TEST(GemvFp8MmaEmulated, OneHotColumnsAreTheDequantizedWeights) {
   std::mt19937 rng(4096);
   for (const auto& [block, n, k] :
-       {std::tuple{WeightBlock{16, 32}, int64_t{40}, int64_t{192}},
+       {std::tuple{WeightBlock{16, 64}, int64_t{40}, int64_t{192}},
         std::tuple{WeightBlock{128, 128}, int64_t{140}, int64_t{384}}}) {
     const LinearWeight w = random_fp8_weight(n, k, block, rng);
-    Tensor dense = cuda_test::fill_nan({n, k}, kBF16);
-    ASSERT_TRUE(cuda::detail::launch_fp8_dequantize(matrix_of(w), kBF16, dense.data_ptr(), nullptr)
-                    .is_ok());
+    const Tensor dense = dequantize_fp8_blocks(w).value();
     for (int64_t col : {int64_t{0}, int64_t{5}, int64_t{18}, int64_t{47}, int64_t{63}, int64_t{77},
                         block.k, block.k + 1, k - 1}) {
       Tensor x = Tensor::zeros({1, k}, kBF16);
@@ -377,7 +381,7 @@ TEST(GemvFp8MmaEmulated, OneHotColumnsAreTheDequantizedWeights) {
       ASSERT_TRUE(cuda::detail::launch_gemv(p, nullptr).is_ok());
       int64_t mismatches = 0;
       for (int64_t r = 0; r < n; ++r) {
-        if (out.data<float>()[r] != bf16_to_f32(dense.data<uint16_t>()[r * k + col])) ++mismatches;
+        if (out.data<float>()[r] != dense.data<float>()[r * k + col]) ++mismatches;
       }
       EXPECT_EQ(mismatches, 0) << "block " << block.n << "x" << block.k << " column " << col;
     }
@@ -385,24 +389,22 @@ TEST(GemvFp8MmaEmulated, OneHotColumnsAreTheDequantizedWeights) {
 }
 
 // Every finite e4m3 code in every byte position of a word, under scales from f32's subnormal
-// range to 2^100, through one-hot rows of x: each output the dequantized weight rounded to
-// BF16, bit for bit (the kernel builds the codes' values by bit moves, not conversions).
+// range to 2^100, through one-hot rows of x: each output the f32 dequantized weight, bit for
+// bit (the kernel builds the codes' values by bit moves, not conversions).
 TEST(GemvFp8MmaEmulated, EveryCodeAndScaleIsTheDequantizedWeight) {
-  const int64_t n = 64, k = 64;
-  const WeightBlock block{16, 16};
-  LinearWeight w(Tensor::empty({n, k}, DType::kF8E4M3), Tensor::empty({n / 16, k / 16}, kF32),
+  const int64_t n = 256, k = 64;
+  const WeightBlock block{16, 64};
+  LinearWeight w(Tensor::empty({n, k}, DType::kF8E4M3), Tensor::empty({n / 16, k / 64}, kF32),
                  block);
   uint8_t* codes = static_cast<uint8_t*>(w.weight.data_ptr());
   for (int64_t i = 0; i < n * k; ++i) {
-    const auto code = static_cast<uint8_t>((i * 5 + i / 256) & 0xff);  // each code 16 times
+    const auto code = static_cast<uint8_t>((i * 5 + i / 256) & 0xff);  // each code 64 times
     codes[i] = (code & 0x7f) == 0x7f ? code - 1 : code;                // not the NaN codes
   }
   const float scales[16] = {1e-38f, 1e-30f, 0x1p-20f, 1e-4f, 3.3e-3f, 0.0f,   1.0f,   7.0f,
                             1e4f,   3e-7f,  0x1p100f, 1e30f, 2.5e-2f, 1e-10f, 123.4f, 0.5f};
   std::memcpy(w.scale_inv.data_ptr(), scales, sizeof scales);
-  Tensor dense = cuda_test::fill_nan({n, k}, kBF16);
-  ASSERT_TRUE(
-      cuda::detail::launch_fp8_dequantize(matrix_of(w), kBF16, dense.data_ptr(), nullptr).is_ok());
+  const Tensor dense = dequantize_fp8_blocks(w).value();
   int64_t mismatches = 0;
   for (int64_t c0 = 0; c0 < k; c0 += 8) {
     Tensor x = Tensor::zeros({8, k}, kBF16);
@@ -411,7 +413,7 @@ TEST(GemvFp8MmaEmulated, EveryCodeAndScaleIsTheDequantizedWeight) {
     ASSERT_TRUE(cuda::detail::launch_gemv(mma_problem(w, x, Tensor(), out), nullptr).is_ok());
     for (int64_t j = 0; j < 8; ++j) {
       for (int64_t r = 0; r < n; ++r) {
-        const float want = bf16_to_f32(dense.data<uint16_t>()[r * k + c0 + j]);
+        const float want = dense.data<float>()[r * k + c0 + j];
         if (!(out.data<float>()[j * n + r] == want)) {
           if (mismatches++ < 5) {
             ADD_FAILURE() << "row " << r << " column " << c0 + j << " code 0x" << std::hex
@@ -443,7 +445,7 @@ TEST(GemvFp8MmaEmulated, RowsDoNotDependOnTheBatch) {
 }
 
 // What the tensor-core path does not take stays with launch_fp8_gemv: F32 x, more than 8 rows,
-// K off 16, blocks of rows off 16 or of columns not a power of two from 16, x rows off 16 bytes.
+// K off 16, blocks of rows off 16 or of columns not a power of two from 64, x rows off 16 bytes.
 TEST(GemvFp8MmaEmulated, RefusesWhatTheFp8GemvKeeps) {
   std::mt19937 rng(3);
   const LinearWeight w = random_fp8_weight(32, 256, {128, 128}, rng);
@@ -454,7 +456,7 @@ TEST(GemvFp8MmaEmulated, RefusesWhatTheFp8GemvKeeps) {
   p.m = 8;
   p.ldx = 264;
   EXPECT_TRUE(cuda::detail::gemv_fp8_fits(p));
-  std::vector<GemvProblem> bad(8, p);
+  std::vector<GemvProblem> bad(9, p);
   bad[0].dtype = kF32;
   bad[1].m = 9;
   bad[2].k = 248;
@@ -463,6 +465,7 @@ TEST(GemvFp8MmaEmulated, RefusesWhatTheFp8GemvKeeps) {
   bad[5].block_k = 8;
   bad[6].x = x.data<uint16_t>() + 1;
   bad[7].ldx = 260;
+  bad[8].block_k = 32;
   for (size_t i = 0; i < bad.size(); ++i) {
     EXPECT_FALSE(cuda::detail::gemv_fp8_fits(bad[i])) << i;
     const Status s = cuda::detail::launch_gemv(bad[i], nullptr);

@@ -101,10 +101,11 @@ Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor
 // [N, K] with its F32 scales, all on the context's device; out as linear(). Up to
 // kFp8GemvMaxRows rows (gemv_fp8.cuh) a GEMV reads the e4m3 weight directly: the batched
 // GEMV's tensor-core kernel where gemv_fp8_fits() (gemv.cuh) takes it (BF16 x, K a multiple
-// of 16, blocks of a multiple of 16 rows by a power of two from 16 columns, 16-byte aligned
-// rows), the FP8 GEMV otherwise; both multiply x by the weights rounded to BF16 under BF16
-// activations. Larger M dequantizes the weight into a buffer the context keeps (grown on first
-// need, which a stream that is being captured into a CUDA graph refuses) and runs linear() on
+// of 16, blocks of a multiple of 16 rows by a power of two from 64 columns, 16-byte aligned
+// rows), which multiplies x by the f32 dequantized weight (each 64-wide step's sums times its
+// block's scale), the FP8 GEMV otherwise, which multiplies x by the weights rounded to BF16
+// under BF16 activations. Larger M dequantizes the weight into a buffer the context keeps (grown on
+// first need, which a stream that is being captured into a CUDA graph refuses) and runs linear() on
 // that.
 Status linear_fp8(BlasContext& blas, const Tensor& x, const LinearWeight& weight,
                   const Tensor& bias, Tensor& out, cudaStream_t stream);

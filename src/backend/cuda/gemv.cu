@@ -36,15 +36,16 @@
 // g + 8 and, as two 16-byte loads, of x row g, and the step is four m16n8k16, product i taking
 // the chunk's k [4i, 4i + 4) (word i of each weight chunk, words 2i and 2i + 1 of x's). A lane
 // still has 8 weight loads in flight (4 steps of one row tile or 2 of two: 4 KB per warp).
-// Each word of four e4m3 becomes two bf16x2 A registers (e4m3x4_to_bf16x4, fp8.cuh): each
-// code exactly, times its block's scale in f32, rounded to BF16 -- the values
-// fp8_dequantize_kernel writes -- so x meets the dequantized weight and the mma sums their
-// exact products in f32, as for BF16 weights; bit moves instead of conversion instructions
-// for all but the rounding, whose pipe would otherwise bound the kernel. block_n a multiple of
-// 16 gives a row tile one scale row and block_k a power of two makes a chunk's block a shift;
-// the scales are loaded with the weights (before pdl_wait), and x step by step just before its
-// products (the raw weights and the conversions leave too few registers for all steps' x at
-// once). Two row tiles need ~110 registers, so their blocks run 2 to an SM (kMinBlocks).
+// Each word of four e4m3 becomes two bf16x2 A registers holding the codes' exact values
+// (e4m3x4_to_bf16x4_exact, fp8.cuh: bit moves and one BF16 multiply, no conversion
+// instructions, whose narrow pipe would otherwise bound the kernel). A step's four products
+// sum into fresh f32 registers, which its block's scale multiplies once into the running sums:
+// x meets the f32 dequantized weight (code times scale), as on the CPU, summed in another
+// order. block_n a multiple of 16 gives a row tile one scale row, and block_k a power of two
+// from 64 puts a whole step in one block (its scale a shift away); the scales are loaded with
+// the weights (before pdl_wait), and x step by step just before its products (the raw weights
+// leave too few registers for all steps' x at once). Two row tiles need ~110 registers, so
+// their blocks run 2 to an SM (kMinBlocks).
 //
 // F32, on CUDA cores in full f32 precision (no TF32): a warp owns 2 output features over all
 // of K, lanes take 16-byte chunks (or single elements) in turn, 2 per feature in flight, one
@@ -368,9 +369,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize,
               a[u][r][h] = load_chunk8<kVec, true>(wrow[r][h], k0, p.k);
             }
           }
-          if constexpr (kFp8) {
-            scale[u][r] =
-                k0 < static_cast<uint32_t>(p.k) ? __ldg(srow[r] + (k0 >> p.block_k_log2)) : 0.0f;
+          if constexpr (kFp8) {  // the step's block (a step lies in one: block_k >= 64)
+            const uint32_t step_k0 = static_cast<uint32_t>(s0 + u) * kStepW;
+            scale[u][r] = __ldg(srow[r] + (step_k0 >> p.block_k_log2));
           }
         }
       }
@@ -411,18 +412,32 @@ __global__ void __launch_bounds__(kWarps* kWarpSize,
         for (int r = 0; r < kRowTiles; ++r) {
           if constexpr (kFp8) {
             // The chunk's 16 k are four m16n8k16: product i takes its k [4i, 4i + 4), A from
-            // word i of rows g and g + 8 (scaled and rounded to BF16 pairs), B from words 2i
-            // and 2i + 1 of x's 16 BF16.
+            // word i of rows g and g + 8 (the codes' exact values as BF16 pairs), B from words
+            // 2i and 2i + 1 of x's 16 BF16. The four sum apart from the running sums; the
+            // step's block scale then multiplies that f32 sum once.
+            float part[kNTiles][4];
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) part[j][e] = 0.0f;
+            }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const uint2 lo = e4m3x4_to_bf16x4(word_of(a[u][r][0], i), scale[u][r]);
-              const uint2 hi = e4m3x4_to_bf16x4(word_of(a[u][r][1], i), scale[u][r]);
+              const uint2 lo = e4m3x4_to_bf16x4_exact(word_of(a[u][r][0], i));
+              const uint2 hi = e4m3x4_to_bf16x4_exact(word_of(a[u][r][1], i));
               const uint32_t af[4] = {lo.x, hi.x, lo.y, hi.y};
 #pragma unroll
               for (int j = 0; j < kNTiles; ++j) {
                 const uint4& xv = b[u][j][i / 2];
                 const uint32_t bf[2] = {word_of(xv, 2 * (i % 2)), word_of(xv, 2 * (i % 2) + 1)};
-                mma_m16n8k16_bf16(acc[r][j][i % kSums], af, bf);
+                mma_m16n8k16_bf16(part[j], af, bf);
+              }
+            }
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                acc[r][j][u % kSums][e] = fmaf(part[j][e], scale[u][r], acc[r][j][u % kSums][e]);
               }
             }
           } else {
@@ -733,7 +748,8 @@ Status launch_gemv_norm(const GemvProblem& pr, const GemvNormProblem& norm, cuda
 
 bool gemv_fp8_blocks_fit(int64_t block_n, int64_t block_k) {
   return block_n >= kTileRows && block_n % kTileRows == 0 && block_n <= 0x7fffffff &&
-         block_k >= kFp8Chunk && block_k <= (int64_t{1} << 30) && (block_k & (block_k - 1)) == 0;
+         block_k >= kStepKOf<true> && block_k <= (int64_t{1} << 30) &&
+         (block_k & (block_k - 1)) == 0;
 }
 
 bool gemv_fp8_fits(const GemvProblem& pr) {

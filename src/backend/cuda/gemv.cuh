@@ -41,7 +41,7 @@ struct GemvProblem {
 // The others take launch_fp8_gemv (gemv_fp8.cuh).
 bool gemv_fp8_fits(const GemvProblem& problem);
 // block_n a multiple of 16 (a 16-row weight tile has one scale row) and block_k a power of two
-// from 16 (a 16-byte load never straddles two scale blocks; the block is a shift away).
+// from 64 (a 64-wide step of the kernel lies in one scale block; the block is a shift away).
 bool gemv_fp8_blocks_fit(int64_t block_n, int64_t block_k);
 
 // How the BF16 kernel splits the work: a block owns `rows_per_block` (16 or 32) consecutive
