@@ -7,8 +7,9 @@
 // 16 x 32, one scale row per weight row, an all-zero block and blocks at the e4m3 maximum
 // (every block's largest weight quantises to it).
 //
-// Tolerances: BF16 1e-2 (the kernels round each weight, the SiLU product and each expert
-// output to BF16 once); F32 1e-5 (the same f32 weights, another summation order).
+// Tolerances: BF16 1e-2 (the gather GEMV rounds each weight to BF16, and every kernel the SiLU
+// product and each expert output once); F32 1e-5 (the same f32 weights, another summation
+// order, the per-pair kernels scaling each 16-weight chunk's sum once).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -52,6 +52,27 @@ __device__ __forceinline__ void load_x16(const __nv_bfloat16* p, float* out) {
   load16_as_float(p + 8, out + 8);
 }
 
+// 16 e4m3 codes (one 16-byte chunk, the lowest byte first) as their exact f32 values without
+// conversion instructions: each code's sign goes to bit 31 and its exponent and mantissa bits
+// to bits 26..20, the f32 whose exponent field is the code's (the code's value times 2^-120,
+// subnormal codes as f32 subnormals), and one f32 multiply by 2^120 restores the value (exact:
+// the kernels are built without flushing subnormals). The NaN codes 0x7f / 0xff come out as
+// +-480, which no quantizer writes.
+__device__ __forceinline__ void fp8_chunk_to_float_exact(const uint4& v, float* out) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t p = words[i] << (24 - 8 * b);  // byte b in bits 24..31
+      const uint32_t bits = (p & 0x80000000u) | ((p >> 4) & 0x07f00000u);
+      float f;
+      memcpy(&f, &bits, sizeof f);
+      out[4 * i + b] = f * 0x1p120f;
+    }
+  }
+}
+
 // A dequantized weight (e4m3 value times its block's scale) as the BF16 value the
 // dequantization kernel writes for cuBLASLt: what BF16 activations multiply.
 __device__ __forceinline__ float round_weight_bf16(float w) {

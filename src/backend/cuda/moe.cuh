@@ -113,9 +113,10 @@ Expected<size_t> moe_experts_scratch_bytes(const Tensor& x, const Tensor& topk_i
 //          (+ sigmoid(shared_gate[t]) * shared_out[t]),
 // expert_e(v) = down[e] @ (silu(gate[e] @ v) * (up[e] @ v)), f32 accumulation, the SiLU
 // product rounded once to x's dtype, each expert output rounded once, the weighted sum in f32.
-// FP8 experts: each weight is its e4m3 value times its block's scale, rounded once to BF16
-// under BF16 activations (the values cuda::linear's dequantized FP8 path multiplies), exact in
-// f32 under F32 ones.
+// FP8 experts: each weight is its e4m3 value times its block's scale -- exact in f32 on the
+// per-pair path (each 16-weight chunk's sum scaled once) and under F32 activations, rounded
+// once to BF16 on the other paths under BF16 activations (the values cuda::linear's
+// dequantized FP8 path multiplies); W8A8 quantizes the activations too (MoePath).
 // x [T, H] F32/BF16 (row stride allowed); weights in x's dtype or FP8, contiguous;
 // topk_weights F32 [T, k] and topk_ids I64 [T, k] contiguous; out [T, H] in x's dtype (row
 // stride allowed, not aliasing x). An id outside [0, E), which the device cannot report,

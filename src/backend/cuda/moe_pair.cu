@@ -410,9 +410,13 @@ __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloa
 
 // ---- FP8 experts (W8A16) -------------------------------------------------------------------
 // The same two products over block-scaled e4m3 rows: a chunk is 16 weights (one 16-byte load)
-// under one scale (kVec: H, I and the block widths multiples of 16), each weight its e4m3
-// value times that scale, rounded to BF16 under BF16 activations (fp8_weight); without kVec a
-// lane takes one element at a time. The activations are read as in the kernels above.
+// under one scale (kVec: H, I and the block widths multiples of 16). The chunk's codes become
+// their exact f32 values by bit moves (fp8_chunk_to_float_exact: conversion instructions,
+// 2.5 a weight, bound these kernels at a fraction of the memory's speed), their products with
+// x sum in f32 and the scale multiplies that sum once: x meets the f32 dequantized weight,
+// as on the CPU. Without kVec a lane takes one element at a time, each weight its e4m3 value
+// times its scale, rounded to BF16 under BF16 activations (fp8_weight). The activations are
+// read as in the kernels above.
 constexpr int kFp8GateUpUnroll = 4;  // chunks of each of the two rows a lane keeps in flight
 constexpr int kFp8DownUnroll = 1;    // 8 rows x 16 weights: a 35B-A3B row (I = 512) in one round
 
@@ -421,15 +425,17 @@ __device__ __forceinline__ const float* fp8_scale_row(const MoeFp8Scales& s, int
   return s.at + e * s.expert_stride + static_cast<int64_t>(r / s.block_n) * s.cols_grid;
 }
 
-// acc + w . x over one 16-weight chunk of a row (its e4m3 bytes and its scale) and 16 floats.
+// acc + scale * (codes . x) over one 16-weight chunk of a row (its e4m3 bytes and its scale)
+// and 16 floats.
 template <typename T>
 __device__ __forceinline__ float dot_fp8_chunk(const uint4& w, float scale, const float* x,
                                                float acc) {
   float wf[kFp8Chunk];
-  fp8_chunk_to_float(w, wf);
+  fp8_chunk_to_float_exact(w, wf);
+  float dot = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kFp8Chunk; ++j) acc = fmaf(x[j], fp8_weight<T>(wf[j], scale), acc);
-  return acc;
+  for (int j = 0; j < kFp8Chunk; ++j) dot = fmaf(x[j], wf[j], dot);
+  return fmaf(dot, scale, acc);
 }
 
 template <typename T, bool kVec>
