@@ -54,6 +54,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "backend/cuda/common.cuh"
@@ -321,15 +322,19 @@ __device__ __forceinline__ float4 load_state4(const void* base, int64_t i, State
   if (type == StateType::kF32)
     return *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
   const uint2 w = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(base) + i);
-  float2 lo, hi;
-  if (type == StateType::kBF16) {
-    lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.x));
-    hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w.y));
-  } else {
-    lo = __half22float2(*reinterpret_cast<const __half2*>(&w.x));
-    hi = __half22float2(*reinterpret_cast<const __half2*>(&w.y));
-  }
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
+  auto half_of = [&](uint32_t word, int h) {  // element h of a 16-bit pair, as f32
+    const auto bits = static_cast<unsigned short>(word >> (16 * h));
+    if (type == StateType::kBF16) {
+      const uint32_t f_bits = static_cast<uint32_t>(bits) << 16;  // BF16 -> f32 is exact
+      float f;
+      memcpy(&f, &f_bits, sizeof f);
+      return f;
+    }
+    __half_raw r;
+    r.x = bits;
+    return __half2float(__half(r));
+  };
+  return make_float4(half_of(w.x, 0), half_of(w.x, 1), half_of(w.y, 0), half_of(w.y, 1));
 }
 
 // The same four elements set to v rounded to the storage type (each to nearest, ties to even).
@@ -341,12 +346,12 @@ __device__ __forceinline__ void store_state4(void* base, int64_t i, float4 v, St
   uint2 w;
   if (type == StateType::kBF16) {
     const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-    w.x = *reinterpret_cast<const uint32_t*>(&lo);
-    w.y = *reinterpret_cast<const uint32_t*>(&hi);
+    memcpy(&w.x, &lo, sizeof w.x);
+    memcpy(&w.y, &hi, sizeof w.y);
   } else {
     const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-    w.x = *reinterpret_cast<const uint32_t*>(&lo);
-    w.y = *reinterpret_cast<const uint32_t*>(&hi);
+    memcpy(&w.x, &lo, sizeof w.x);
+    memcpy(&w.y, &hi, sizeof w.y);
   }
   *reinterpret_cast<uint2*>(static_cast<uint16_t*>(base) + i) = w;
 }
