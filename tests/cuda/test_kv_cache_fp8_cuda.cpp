@@ -167,16 +167,23 @@ TEST_F(AttentionFp8Cuda, EveryKernelMatchesCpu) {
         Tensor ref = cuda_test::cpu_reference_fp8(b, c, host_cache, scales);
         Tensor cache = copy(host_cache);
         params.kv_scales = scales;
-        // BF16 prefill: tensor cores with wgmma asked for (it must stay on mma.sync), and
-        // CUDA cores; BF16 decode: tensor cores, and CUDA cores.
-        for (bool tensor_cores : {true, false}) {
-          if (dtype == DType::kF32 && !tensor_cores) continue;
-          SCOPED_TRACE(cuda_test::describe(c, dtype) +
-                       fmt::format(" k_scale={} v_scale={}{}", scales.k_scale, scales.v_scale,
-                                   tensor_cores ? "" : " (CUDA cores)"));
-          params.tensor_cores = tensor_cores;
-          params.decode_tensor_cores = tensor_cores;
-          params.wgmma = true;
+        // BF16 prefill: tensor cores with wgmma asked for (the wgmma kernel on compute
+        // capability 9.0 at head dims 128 / 256), tensor cores without it (mma.sync), and CUDA
+        // cores; BF16 decode: tensor cores, and CUDA cores.
+        struct Variant {
+          bool tensor_cores, wgmma;
+          const char* name;
+        };
+        for (const Variant v : {Variant{true, true, ""}, Variant{true, false, " (mma.sync)"},
+                                Variant{false, false, " (CUDA cores)"}}) {
+          if (dtype == DType::kF32 && !v.tensor_cores) continue;
+          if (dtype == DType::kF32 && !v.wgmma) continue;  // F32 never takes wgmma
+          SCOPED_TRACE(cuda_test::describe(c, dtype) + fmt::format(" k_scale={} v_scale={}{}",
+                                                                   scales.k_scale, scales.v_scale,
+                                                                   v.name));
+          params.tensor_cores = v.tensor_cores;
+          params.decode_tensor_cores = v.tensor_cores;
+          params.wgmma = v.wgmma;
           Tensor out = copy(cuda_test::fill_nan(b.query.shape(), dtype));
           Status s = cuda::paged_attention(query, cache, tables, params, workspace, out, nullptr);
           ASSERT_TRUE(s.is_ok()) << s.to_string();
@@ -188,10 +195,10 @@ TEST_F(AttentionFp8Cuda, EveryKernelMatchesCpu) {
   }
 }
 
-// The tensor-core prefill kernel widens e4m3 codes to BF16 fragments. With every key code 0
-// the scores are equal, so a request's first query row, which sees key 0 only, comes out as
-// key 0's V row exactly: here every finite code (NaN codes replaced by 0) across the kv heads
-// and dims of that row.
+// The prefill kernels widen e4m3 codes to BF16 (the wgmma kernel by bit moves and a BF16
+// multiply, which must keep subnormal codes). With every key code 0 the scores are equal, so a
+// request's first query row, which sees key 0 only, comes out as key 0's V row exactly: here
+// every finite code (NaN codes replaced by 0) across the kv heads and dims of that row.
 TEST_F(AttentionFp8Cuda, PrefillTakesEveryCodeExactly) {
   for (int64_t d : {128, 256}) {
     const AttnCase c{"every code", {300}, {300}, 256 / d, 2, d, 16};
@@ -217,8 +224,9 @@ TEST_F(AttentionFp8Cuda, PrefillTakesEveryCodeExactly) {
     params.max_seq_len = b.max_seq_len;
     params.scale = 1.0f / std::sqrt(static_cast<float>(d));
     params.kv_scales = {1.0f, 1.0f};
-    {
-      SCOPED_TRACE(fmt::format("head dim {}", d));
+    for (bool wgmma : {true, false}) {
+      SCOPED_TRACE(fmt::format("head dim {}{}", d, wgmma ? "" : " (mma.sync)"));
+      params.wgmma = wgmma;
       Tensor out = copy(cuda_test::fill_nan(b.query.shape(), DType::kBF16));
       Tensor workspace;
       const Status st =

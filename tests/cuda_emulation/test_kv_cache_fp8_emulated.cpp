@@ -209,18 +209,22 @@ TEST(AttentionFp8Emulated, ScalesAreApplied) {
   }
 }
 
-// On a compute capability 9.0 device an FP8 cache keeps BF16 prefill on the mma.sync kernel
-// (the emulated one above); a BF16 cache takes wgmma at head dims 128 and 256.
-TEST(AttentionFp8Emulated, Fp8CachesNeverTakeTheWgmmaKernel) {
+// On a compute capability 9.0 device BF16 prefill takes the wgmma kernel at head dims 128 and
+// 256 over a BF16 or an FP8 cache, when tensor cores and wgmma are asked for; F32 queries
+// never do.
+TEST(AttentionFp8Emulated, WgmmaPrefillTakesBf16AndFp8Caches) {
   using cuda::detail::use_wgmma_prefill;
   for (int64_t d : {128, 256}) {
     EXPECT_TRUE(use_wgmma_prefill(DType::kBF16, DType::kBF16, d, true, true));
-    EXPECT_FALSE(use_wgmma_prefill(DType::kBF16, DType::kF8E4M3, d, true, true));
+    EXPECT_TRUE(use_wgmma_prefill(DType::kBF16, DType::kF8E4M3, d, true, true));
+    EXPECT_FALSE(use_wgmma_prefill(DType::kBF16, DType::kF8E4M3, d, false, true));
+    EXPECT_FALSE(use_wgmma_prefill(DType::kBF16, DType::kF8E4M3, d, true, false));
     EXPECT_FALSE(use_wgmma_prefill(DType::kBF16, DType::kBF16, d, false, true));
     EXPECT_FALSE(use_wgmma_prefill(DType::kBF16, DType::kBF16, d, true, false));
     EXPECT_FALSE(use_wgmma_prefill(DType::kF32, DType::kF8E4M3, d, true, true));
   }
   EXPECT_FALSE(use_wgmma_prefill(DType::kBF16, DType::kBF16, 64, true, true));
+  EXPECT_FALSE(use_wgmma_prefill(DType::kBF16, DType::kF8E4M3, 64, true, true));
 }
 
 TEST(AttentionFp8Emulated, RefusesBadScalesAndOtherCacheDtypes) {

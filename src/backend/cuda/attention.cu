@@ -5,8 +5,9 @@
 // params.decode_tensor_cores is off, attention_tiled.cuh otherwise), the split combine (when
 // keys were split) and the prefill kernel (when some
 // request has more than kSmallRows query rows; for BF16 sm90a/attention_wgmma.cu on
-// compute capability 9.0 devices at head dims 128 and 256, attention_mma.cuh elsewhere and for
-// FP8 caches, unless params.tensor_cores is off; attention_tiled.cuh otherwise). Every kernel
+// compute capability 9.0 devices at head dims 128 and 256 (BF16 or FP8 cache),
+// attention_mma.cuh elsewhere, unless params.tensor_cores is off; attention_tiled.cuh
+// otherwise). Every kernel
 // is instantiated for a cache of the query's dtype and for an FP8 one (C = KvFp8).
 #include <cuda_bf16.h>
 

@@ -49,8 +49,8 @@ Status launch_attention_small(const AttentionArgs& args, int num_requests, cudaS
 template <typename T, int D, typename C>
 Status launch_attention_large(const AttentionArgs& args, int num_requests, cudaStream_t stream) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if constexpr (wgmma_prefill_head_dim(D) && std::is_same_v<C, T>) {
-      if (args.wgmma) return launch_attention_prefill_wgmma<D>(args, num_requests, stream);
+    if constexpr (wgmma_prefill_head_dim(D) && (std::is_same_v<C, T> || std::is_same_v<C, KvFp8>)) {
+      if (args.wgmma) return launch_attention_prefill_wgmma<D, C>(args, num_requests, stream);
     }
     if (args.tensor_cores) {
       using Tile = MmaTile<D, C>;

@@ -716,7 +716,8 @@ Status launch_w8a8(const MoeProblem& pr, const MoePlan& plan, char* base, const 
     p.n_out = g.n_out;
     p.k = g.k;
     p.top_k = g.top_k;
-    return detail::launch_moe_grouped_gemm_wgmma_fp8(p, gate_up, plan.max_tiles, stream);
+    const bool few_rows = plan.pairs <= kW8A8FewRowsPerExpert * plan.num_experts;
+    return detail::launch_moe_grouped_gemm_wgmma_fp8(p, gate_up, plan.max_tiles, few_rows, stream);
   };
   // `rows` rows of `src` (row stride ld, k columns) into e4m3 `q` and its group scales.
   auto quantize = [&](const void* src, int64_t ld, int64_t rows, int64_t k, uint8_t* q,

@@ -55,6 +55,11 @@ constexpr int64_t kMoeSmallTileMaxPairsPerExpert = 32;
 // On sm_90 (the wgmma kernel), 64-row tiles up to this many pairs per expert on average, so a
 // 2,048-token prompt's ~64 pairs an expert do not pad to 128.
 constexpr int64_t kMoeMidTileMaxPairsPerExpert = 128;
+// The W8A8 grouped GEMM (FP8 experts on sm_90) swaps its operands -- expert weights as the
+// tensor cores' M, 16 grouped rows a pass as N -- while the pairs average at most this many an
+// expert: a decode batch leaves most of a 128-row tile padding, so the 64 x 128 products spent
+// on it would bind the step instead of the weights' bytes.
+constexpr int64_t kW8A8FewRowsPerExpert = 8;
 
 // router_logits F32 [T, E] (row stride allowed) -> topk_weights F32 [T, k], topk_ids I64
 // [T, k] (both contiguous): softmax over E, the k most probable experts in descending

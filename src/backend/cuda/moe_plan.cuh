@@ -153,8 +153,10 @@ struct Fp8GroupedGemmParams {
   int k;      // a multiple of 128
   int top_k;
 };
+// few_rows: the swap-AB kernel for batches whose experts have a few rows each (16 grouped rows
+// a pass as wgmma's N); it writes only the passes up to an expert's last row.
 Status launch_moe_grouped_gemm_wgmma_fp8(const Fp8GroupedGemmParams& p, bool gate_up, int64_t tiles,
-                                         cudaStream_t stream);
+                                         bool few_rows, cudaStream_t stream);
 
 // The per-pair path (moe_pair.cu): no grouping; gate/up per (token, slot) pair, then the
 // down product fused with the weighted combine (and the shared expert's gated add) into out.

@@ -312,6 +312,28 @@ __device__ __forceinline__ void wgmma_m64k32_e4m3_ss(float (&d)[64], uint64_t de
 #endif
 }
 
+// The same product with N = 16 (d has 8 floats; the B tile is 16 rows of 128 e4m3): for
+// kernels whose N is a handful of activation rows (swap-AB at decode batches).
+__device__ __forceinline__ void wgmma_m64k32_e4m3_ss(float (&d)[8], uint64_t desc_a,
+                                                     uint64_t desc_b, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7}, "
+      "%8, %9, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+#else
+  (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
+  __trap();
+#endif
+}
+
 __device__ __forceinline__ void wgmma_m64k16_bf16_rs_bmn(float (&d)[64], const uint32_t (&a)[4],
                                                          uint64_t desc_b, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

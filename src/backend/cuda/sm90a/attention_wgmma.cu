@@ -35,14 +35,28 @@
 // Tile shapes. D = 256: kKeys = 64; registers per thread O 128 + S 32 + P 16 (f32, f32, bf16
 // pairs), shared memory 64 KB Q + 128 KB K/V. D = 128: kKeys = 128; O 64 + S 64 + P 32,
 // 32 KB + 128 KB. One CTA per SM (the 255 registers a thread may hold at 256 threads).
+//
+// An FP8 cache (C = KvFp8, kv_fp8.cuh). wgmma reads its operands from shared memory as they
+// stand, so the e4m3 tiles cannot be widened on the way into fragments as the mma.sync kernel
+// does. Each K / V tile's cp.async copies land as e4m3 codes in a staging buffer (one for K,
+// one for V: 16 KB each, so 32 KB more shared memory), and the thread that copied a chunk
+// widens it to exact BF16 (fp8.cuh's bit moves) and stores it in the swizzled stage, after
+// its wait for the copies and before the fence and barrier that already precede the stage's
+// use; the stage it writes is the one the plain pipeline's cp.async would have written then,
+// free by the same argument. Only a thread's own chunks pass through its hands, so the staging
+// buffers need no barrier of their own. The prologue converts K_0 before it copies K_1 into
+// the K staging buffer. k_scale is in the softmax scale and v_scale in the normalisation, as
+// in every kernel.
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_wgmma.h"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/runtime.h"
 #include "backend/cuda/wgmma.cuh"
 
@@ -51,8 +65,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-template <int D>
+template <int D, typename C>
 struct WgmmaTile {
+  static constexpr bool kFp8 = std::is_same_v<C, KvFp8>;
   static constexpr int kThreads = 256;  // two warpgroups, both copy and both multiply
   static constexpr int kRows = 128;     // query rows per CTA: 64 per warpgroup (wgmma's M)
   // Keys per tile: as wide as the registers allow next to O (D / 2 floats a thread).
@@ -63,8 +78,12 @@ struct WgmmaTile {
   static constexpr int kQSubBytes = kRows * 128;
   static constexpr int kKvSubBytes = kKeys * 128;
   static constexpr int kQBytes = kSubTiles * kQSubBytes;
-  static constexpr int kKvBytes = kSubTiles * kKvSubBytes;          // one K or V tile
-  static constexpr int kSmemBytes = kQBytes + 4 * kKvBytes + 1024;  // + alignment slack
+  static constexpr int kKvBytes = kSubTiles * kKvSubBytes;  // one K or V tile
+  // FP8: one e4m3 tile (row-major [kKeys][D]) each for K and V, copied in 16-code chunks.
+  static constexpr int kStagingBytes = kFp8 ? kKeys * D : 0;
+  static constexpr int kCodeChunks = D / 16;  // 16-code chunks of a row
+  static constexpr int kCodeRowsPerPass = kThreads / kCodeChunks;
+  static constexpr int kSmemBytes = kQBytes + 4 * kKvBytes + 2 * kStagingBytes + 1024;
   // FlashAttention-3's intra-warpgroup overlap (the pipeline above). false: the plain order
   // S_j, softmax, P_j V_j per tile (same stages, one barrier per tile), kept to tell a
   // pipeline fault from an operand fault.
@@ -72,6 +91,7 @@ struct WgmmaTile {
   static_assert(D == 128 || D == 256);
   static_assert(kRowsPerPass % 8 == 0, "a thread's rows must share their swizzle phase");
   static_assert(kKeys % kRowsPerPass == 0 && kRows % kRowsPerPass == 0);
+  static_assert(kKeys % kCodeRowsPerPass == 0);
   static_assert(kSmemBytes <= 227 * 1024);
 };
 
@@ -99,11 +119,39 @@ __device__ __forceinline__ void warpgroup_barrier(int wg) {
 // This thread's part of copying rows [k0, k0 + kKeys) of the K (kv = 0) or V (kv = 1) cache
 // of kv head kh into a swizzled tile. Keys at or past k_end are zero-filled without reading;
 // a block id outside the cache is not read either and sets `bad`.
-template <int D>
+// FP8 (C = KvFp8): the codes go to `tile`, the staging buffer, row-major, 16 a copy.
+template <int D, typename C>
 __device__ __forceinline__ void copy_kv_tile(const AttentionArgs& a, const int32_t* table, int kh,
                                              int kv, int k0, int k_end, unsigned char* tile,
                                              bool& bad) {
-  using Tile = WgmmaTile<D>;
+  using Tile = WgmmaTile<D, C>;
+  if constexpr (Tile::kFp8) {
+    const auto* cache = static_cast<const uint8_t*>(a.kv_cache);
+    const int64_t row_elems = static_cast<int64_t>(a.num_kv_heads) * D;
+    const int block_size = 1 << a.block_size_log2;
+    const int chunk = static_cast<int>(threadIdx.x) % Tile::kCodeChunks;
+    const int row = static_cast<int>(threadIdx.x) / Tile::kCodeChunks;
+#pragma unroll
+    for (int i = 0; i < Tile::kKeys / Tile::kCodeRowsPerPass; ++i) {
+      const int r = row + i * Tile::kCodeRowsPerPass;
+      const int j = k0 + r;
+      const uint8_t* src = cache;
+      int bytes = 0;
+      if (j < k_end) {
+        const int32_t block = table[j >> a.block_size_log2];
+        if (block >= 0 && block < a.num_blocks) {
+          const int64_t slot =
+              (static_cast<int64_t>(block) * 2 + kv) * block_size + (j & (block_size - 1));
+          src = cache + slot * row_elems + static_cast<int64_t>(kh) * D + chunk * 16;
+          bytes = 16;
+        } else {
+          bad = true;
+        }
+      }
+      cp_async_16(tile + r * D + chunk * 16, src, bytes);
+    }
+    return;
+  }
   const bf16* cache = static_cast<const bf16*>(a.kv_cache);
   const int64_t row_elems = static_cast<int64_t>(a.num_kv_heads) * D;
   const int block_size = 1 << a.block_size_log2;
@@ -130,11 +178,40 @@ __device__ __forceinline__ void copy_kv_tile(const AttentionArgs& a, const int32
   }
 }
 
+// FP8: this thread's chunks of a staged e4m3 tile (the ones its copy_kv_tile copied, landed)
+// as exact BF16 into the swizzled stage `tile`: 16 codes become two 8-element chunks.
+template <int D>
+__device__ __forceinline__ void widen_kv_tile(const unsigned char* staging, unsigned char* tile) {
+  using Tile = WgmmaTile<D, KvFp8>;
+  const int chunk = static_cast<int>(threadIdx.x) % Tile::kCodeChunks;
+  const int row = static_cast<int>(threadIdx.x) / Tile::kCodeChunks;
+#pragma unroll 1  // registers: O and S are live around it
+  for (int i = 0; i < Tile::kKeys / Tile::kCodeRowsPerPass; ++i) {
+    const int r = row + i * Tile::kCodeRowsPerPass;
+    const uint4 codes = *reinterpret_cast<const uint4*>(staging + r * D + chunk * 16);
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    uint4 out[2];
+    uint32_t* o = &out[0].x;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint2 v = e4m3x4_to_bf16x4_exact(words[w]);
+      o[2 * w] = v.x;
+      o[2 * w + 1] = v.y;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = 2 * chunk + h;  // 8-element chunk of the BF16 row
+      *reinterpret_cast<uint4*>(tile + (c / 8) * Tile::kKvSubBytes +
+                                swizzle_128b_offset(r, c % 8)) = out[h];
+    }
+  }
+}
+
 // This thread's part of copying the CTA's query rows (zero past rows_valid) into the Q tile.
 template <int D>
 __device__ __forceinline__ void copy_q_tile(const AttentionArgs& a, const RequestView& req, int kh,
                                             int row0, int rows_valid, unsigned char* q_tile) {
-  using Tile = WgmmaTile<D>;
+  using Tile = WgmmaTile<D, bf16>;
   const bf16* query = static_cast<const bf16*>(a.query);
   const int chunk = static_cast<int>(threadIdx.x) % Tile::kChunks;
   const int row = static_cast<int>(threadIdx.x) / Tile::kChunks;
@@ -157,9 +234,9 @@ __device__ __forceinline__ void copy_q_tile(const AttentionArgs& a, const Reques
 // Issues S = Q K^T for the warpgroup's 64 rows: D / 16 products of m64 n kKeys k16.
 // q_desc: the warpgroup's rows of sub-tile 0; k_desc: the K stage's sub-tile 0.
 template <int D>
-__device__ __forceinline__ void issue_qk(float (&s)[WgmmaTile<D>::kKeys / 2], uint64_t q_desc,
+__device__ __forceinline__ void issue_qk(float (&s)[WgmmaTile<D, bf16>::kKeys / 2], uint64_t q_desc,
                                          uint64_t k_desc) {
-  using Tile = WgmmaTile<D>;
+  using Tile = WgmmaTile<D, bf16>;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint32_t q_off = (kk / 4) * Tile::kQSubBytes + (kk % 4) * 32;
@@ -171,10 +248,10 @@ __device__ __forceinline__ void issue_qk(float (&s)[WgmmaTile<D>::kKeys / 2], ui
 // Issues O += P V: kKeys / 16 products of m64 nD k16, P's fragments from registers.
 template <int D>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 2],
-                                         const uint32_t (&p)[WgmmaTile<D>::kKeys / 4],
+                                         const uint32_t (&p)[WgmmaTile<D, bf16>::kKeys / 4],
                                          uint64_t v_desc) {
 #pragma unroll
-  for (int kk = 0; kk < WgmmaTile<D>::kKeys / 16; ++kk) {
+  for (int kk = 0; kk < WgmmaTile<D, bf16>::kKeys / 16; ++kk) {
     const uint32_t a[4] = {p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]};
     wgmma_m64k16_bf16_rs_bmn(o, a, v_desc + ((kk * 16 * 128) >> 4), 1);
   }
@@ -225,12 +302,12 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeys / 2], float (&m)
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];
 }
 
-template <int D>
-__global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
+template <int D, typename C>
+__global__ void __launch_bounds__(WgmmaTile<D, C>::kThreads, 1)
     wgmma_prefill_kernel(const AttentionArgs a) {
   pdl_wait();
   pdl_launch_next();
-  using Tile = WgmmaTile<D>;
+  using Tile = WgmmaTile<D, C>;
   constexpr int kKeys = Tile::kKeys;
   constexpr int kRows = Tile::kRows;
 
@@ -241,6 +318,18 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
   unsigned char* q_s = smem;
   unsigned char* k_s = q_s + Tile::kQBytes;  // stage st at + st * kKvBytes
   unsigned char* v_s = k_s + 2 * Tile::kKvBytes;
+  unsigned char* k_codes = v_s + 2 * Tile::kKvBytes;  // FP8: the staging buffers
+  unsigned char* v_codes = k_codes + Tile::kStagingBytes;
+  // Where copy_kv_tile sends a K / V tile headed for stage `st`: the stage itself, or for
+  // FP8 the staging buffer, widened into the stage by widen() after the copies land.
+  auto k_dst = [&](int st) { return Tile::kFp8 ? k_codes : k_s + st * Tile::kKvBytes; };
+  auto v_dst = [&](int st) { return Tile::kFp8 ? v_codes : v_s + st * Tile::kKvBytes; };
+  auto widen = [&](int k_stage, int v_stage) {
+    if constexpr (Tile::kFp8) {
+      if (k_stage >= 0) widen_kv_tile<D>(k_codes, k_s + k_stage * Tile::kKvBytes);
+      if (v_stage >= 0) widen_kv_tile<D>(v_codes, v_s + v_stage * Tile::kKvBytes);
+    }
+  };
 
   const int kh = blockIdx.y;
   PrefillCta cta;
@@ -253,11 +342,11 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
 
   bool bad = false;
   copy_q_tile<D>(a, req, kh, row0, rows_valid, q_s);
-  copy_kv_tile<D>(a, table, kh, 0, 0, k_end, k_s, bad);
+  copy_kv_tile<D, C>(a, table, kh, 0, 0, k_end, k_dst(0), bad);
   if constexpr (Tile::kOverlap) cp_async_commit();
-  copy_kv_tile<D>(a, table, kh, 1, 0, k_end, v_s, bad);
-  if constexpr (Tile::kOverlap) {
-    copy_kv_tile<D>(a, table, kh, 0, kKeys, k_end, k_s + Tile::kKvBytes, bad);
+  copy_kv_tile<D, C>(a, table, kh, 1, 0, k_end, v_dst(0), bad);
+  if constexpr (Tile::kOverlap && !Tile::kFp8) {
+    copy_kv_tile<D, C>(a, table, kh, 0, kKeys, k_end, k_dst(1), bad);
   }
   cp_async_commit();
 
@@ -281,6 +370,7 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  static_assert(Tile::kKeys == WgmmaTile<D, bf16>::kKeys);
   float s[kKeys / 2];
   uint32_t p[kKeys / 4];
   float m[2] = {-INFINITY, -INFINITY};  // running row max, log2 units
@@ -302,13 +392,12 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
   if constexpr (!Tile::kOverlap) {
     for (int j = 0; j < num_tiles; ++j) {
       cp_async_wait_all();  // K_j and V_j, stage j % 2 (this thread's)
+      widen(j % 2, j % 2);
       fence_proxy_async_shared();
       __syncthreads();  // ... everyone's; and every warpgroup left stage (j + 1) % 2
       if (j + 1 < num_tiles) {
-        copy_kv_tile<D>(a, table, kh, 0, (j + 1) * kKeys, k_end,
-                        k_s + ((j + 1) % 2) * Tile::kKvBytes, bad);
-        copy_kv_tile<D>(a, table, kh, 1, (j + 1) * kKeys, k_end,
-                        v_s + ((j + 1) % 2) * Tile::kKvBytes, bad);
+        copy_kv_tile<D, C>(a, table, kh, 0, (j + 1) * kKeys, k_end, k_dst((j + 1) % 2), bad);
+        copy_kv_tile<D, C>(a, table, kh, 1, (j + 1) * kKeys, k_end, v_dst((j + 1) % 2), bad);
       }
       cp_async_commit();
       wgmma_fence();
@@ -330,6 +419,11 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
   } else {
     // Prologue: S_0 and P_0 (O is still zero: no rescale).
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // Q and K_0 (this thread's)
+    if constexpr (Tile::kFp8) {
+      widen(0, -1);  // K_0 leaves the K staging buffer, then K_1 comes in
+      copy_kv_tile<D, C>(a, table, kh, 0, kKeys, k_end, k_dst(1), bad);
+      cp_async_commit();
+    }
     fence_proxy_async_shared();
     __syncthreads();
     wgmma_fence();
@@ -344,6 +438,7 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
     // is unconditional, so the compiler can follow which group holds which accumulators.
     for (int j = 0; j + 1 < num_tiles; ++j) {
       cp_async_wait_all();  // K_{j+1} and V_j (this thread's)
+      widen((j + 1) % 2, j % 2);
       fence_proxy_async_shared();
       __syncthreads();
 
@@ -354,11 +449,9 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
       wgmma_commit();
 
       if (j + 2 < num_tiles) {
-        copy_kv_tile<D>(a, table, kh, 0, (j + 2) * kKeys, k_end, k_s + (j % 2) * Tile::kKvBytes,
-                        bad);
+        copy_kv_tile<D, C>(a, table, kh, 0, (j + 2) * kKeys, k_end, k_dst(j % 2), bad);
       }
-      copy_kv_tile<D>(a, table, kh, 1, (j + 1) * kKeys, k_end, v_s + ((j + 1) % 2) * Tile::kKvBytes,
-                      bad);
+      copy_kv_tile<D, C>(a, table, kh, 1, (j + 1) * kKeys, k_end, v_dst((j + 1) % 2), bad);
       cp_async_commit();
 
       wgmma_wait<1>();  // S_{j+1}; P_j V_j may still run
@@ -373,6 +466,7 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
     }
     // The last tile: P V only.
     cp_async_wait_all();  // V_{num_tiles - 1}
+    widen(-1, (num_tiles - 1) % 2);
     fence_proxy_async_shared();
     __syncthreads();
     wgmma_fence();
@@ -390,7 +484,7 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float sum = group_sum<4>(l[h]);
-    inv[h] = any_bad ? __int_as_float(0x7fc00000) : (sum > 0.0f ? 1.0f / sum : 0.0f);
+    inv[h] = any_bad ? __int_as_float(0x7fc00000) : (sum > 0.0f ? a.v_scale / sum : 0.0f);
   }
   const int t = lane % 4;
 #pragma unroll
@@ -421,11 +515,11 @@ __global__ void __launch_bounds__(WgmmaTile<D>::kThreads, 1)
 
 }  // namespace
 
-template <int D>
+template <int D, typename C>
 Status launch_attention_prefill_wgmma(const AttentionArgs& args, int num_requests,
                                       cudaStream_t stream) {
-  using Tile = WgmmaTile<D>;
-  constexpr auto kernel = &wgmma_prefill_kernel<D>;
+  using Tile = WgmmaTile<D, C>;
+  constexpr auto kernel = &wgmma_prefill_kernel<D, C>;
   VLLM_RETURN_IF_ERROR(opt_in_shared_memory<kernel>(
       Tile::kSmemBytes, "cudaFuncSetAttribute(wgmma_prefill_kernel, MaxDynamicSharedMemorySize)"));
   const int64_t tiles =
@@ -437,7 +531,11 @@ Status launch_attention_prefill_wgmma(const AttentionArgs& args, int num_request
   return check_launch("paged_attention wgmma prefill kernel");
 }
 
-template Status launch_attention_prefill_wgmma<128>(const AttentionArgs&, int, cudaStream_t);
-template Status launch_attention_prefill_wgmma<256>(const AttentionArgs&, int, cudaStream_t);
+template Status launch_attention_prefill_wgmma<128, __nv_bfloat16>(const AttentionArgs&, int,
+                                                                   cudaStream_t);
+template Status launch_attention_prefill_wgmma<256, __nv_bfloat16>(const AttentionArgs&, int,
+                                                                   cudaStream_t);
+template Status launch_attention_prefill_wgmma<128, KvFp8>(const AttentionArgs&, int, cudaStream_t);
+template Status launch_attention_prefill_wgmma<256, KvFp8>(const AttentionArgs&, int, cudaStream_t);
 
 }  // namespace vllm::cuda::detail

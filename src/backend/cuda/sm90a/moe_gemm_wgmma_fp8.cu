@@ -25,6 +25,17 @@
 // kt + kStages - 1 into the stage of tile kt - 1 (every warpgroup finished it before this
 // iteration's barrier); wait for the products, promote. So kStages - 1 tiles load while one
 // multiplies.
+//
+// Few rows an expert (decode batches: moe_experts picks it while the pairs average at most
+// kW8A8FewRowsPerExpert an expert). A 128-row tile then holds a couple of real rows and the
+// kernel above spends a whole m64n128 product per warpgroup on padding; the weights must
+// stream at memory speed instead. The second kernel swaps the operands: the CTA's 128 weight
+// rows are wgmma's M (warpgroup w takes 64 of them: gate / up rows for gate/up, so the SiLU
+// joins the halves through shared memory; rows 64w.. for down) and 16 grouped rows a pass are
+// its N (m64n16k32). Each 64-row weight half sits in one 128 x 128 block, so a K tile takes
+// one weight scale a warpgroup and one activation scale per column. A CTA runs passes of 16
+// rows over the whole K and stops at the first pass that starts on padding (an expert's rows
+// are contiguous from its tile's start), so the padding past it is never computed or written.
 #include <cuda_bf16.h>
 
 #include <climits>
@@ -242,6 +253,200 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// ---- Few rows an expert: weights as M, 16 grouped rows a pass as N ------------------------
+constexpr int kFewN = 16;  // grouped rows a pass (wgmma N)
+constexpr int kFewStages = 4;
+constexpr int kFewActBytes = kFewN * kBK;                  // 2 KB
+constexpr int kFewStageBytes = kTileBytes + kFewActBytes;  // weights first (1,024-aligned)
+constexpr int kFewUpPitch = kFewN + 1;                     // f32 up values [64][16], padded
+constexpr int kFewOutPitch = kBN + 8;                      // bf16 [16][128 (+8)]
+constexpr int kFewUpBytes = 64 * kFewUpPitch * 4;
+constexpr int kFewOutBytes = kFewN * kFewOutPitch * 2;
+constexpr size_t kFewSmemBytes =
+    kFewStages * kFewStageBytes + kFewUpBytes + kFewOutBytes + 1024;  // + alignment slack
+static_assert(kFewStageBytes % 1024 == 0);
+static_assert(kFewSmemBytes <= 113 * 1024);  // two CTAs an SM
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 2)
+    moe_grouped_gemm_wgmma_fp8_few_kernel(Fp8GroupedGemmParams p) {
+  pdl_wait();
+  pdl_launch_next();
+  const int tile = blockIdx.y;
+  const int e = p.tile_expert[tile];
+  if (e < 0) return;  // the whole CTA: past the batch's last tile
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  float* up_tile = reinterpret_cast<float*>(smem + kFewStages * kFewStageBytes);
+  bf16* out_tile = reinterpret_cast<bf16*>(smem + kFewStages * kFewStageBytes + kFewUpBytes);
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int lane = tid % 32, warp_in_wg = (tid / 32) % 4;
+  const int64_t row0 = static_cast<int64_t>(tile) * kRows;
+  constexpr int kOutCols = kGateUp ? kBN / 2 : kBN;
+  const int col0 = blockIdx.x * kOutCols;
+
+  // Weight copies as in the kernel above: thread (chunk, r0) takes rows r0, r0 + 32, ...
+  const int chunk = tid % kChunksPerRow;
+  const int r0 = tid / kChunksPerRow;
+  const uint8_t* w = p.weight + static_cast<int64_t>(e) * p.expert_stride;
+  const uint8_t* w_src[kWeightCopies];
+#pragma unroll
+  for (int j = 0; j < kWeightCopies; ++j) {
+    const int r = r0 + j * kRowsPerPass;
+    int wr = -1;
+    if constexpr (kGateUp) {
+      const int c = col0 + r % (kBN / 2);
+      if (c < p.n_out) wr = r < kBN / 2 ? c : p.n_out + c;
+    } else {
+      if (col0 + r < p.n_out) wr = col0 + r;
+    }
+    w_src[j] = wr >= 0 ? w + static_cast<int64_t>(wr) * p.k : nullptr;
+  }
+  const uint32_t w_dst = swizzle_128b_offset(r0, chunk);
+  // Activation copies: threads 0..127, row tid / 8 of the pass, chunk tid % 8.
+  const bool act_copier = tid < kFewN * kChunksPerRow;
+  const int act_row = (tid / kChunksPerRow) % kFewN;
+  const uint32_t act_dst = swizzle_128b_offset(act_row, chunk);
+
+  // This warpgroup's weight block row (its 64 rows sit in one 128-row block).
+  const float* w_scales = p.w_scales.at + static_cast<int64_t>(e) * p.w_scales.expert_stride;
+  const int block_row =
+      (kGateUp && wg == 1 ? p.n_out + col0 : col0 + (kGateUp ? 0 : 64 * wg)) / 128;
+  const float* w_scale_row = w_scales + static_cast<int64_t>(block_row) * p.w_scales.cols_grid;
+
+  // Accumulator coordinates (m64n16): weight row m (+ 8) of this warpgroup's 64, columns
+  // (grouped rows of the pass) 8i + c0 + j for i, j in {0, 1}.
+  const int m = warp_in_wg * 16 + lane / 4;
+  const int c0 = 2 * (lane % 4);
+  const int k_tiles = p.k / kBK;
+
+  for (int pass = 0; pass < kRows / kFewN; ++pass) {
+    const int64_t rowp = row0 + pass * kFewN;
+    if (p.sorted_pairs[rowp] < 0) break;  // the expert's rows ended before this pass
+
+    const uint8_t* act_src = nullptr;  // null: a zero row (padding)
+    {
+      const int pair = p.sorted_pairs[rowp + act_row];
+      if (act_copier && pair >= 0) {
+        act_src = p.input +
+                  (kGateUp ? static_cast<int64_t>(pair / p.top_k) : rowp + act_row) * p.ld_input;
+      }
+    }
+    int64_t scale_index[4];  // column 8i + c0 + j at [2i + j]; -1: padding (scale 0)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t row = rowp + 8 * (q / 2) + c0 + q % 2;
+      const int pair = p.sorted_pairs[row];
+      scale_index[q] = pair < 0 ? -1 : kGateUp ? pair / p.top_k : row;
+    }
+
+    auto load_stage = [&](int stage, int kt) {
+      unsigned char* b = smem + stage * kFewStageBytes;
+      const int kc = kt * kBK + chunk * kChunk;
+#pragma unroll
+      for (int j = 0; j < kWeightCopies; ++j) {
+        const bool valid = w_src[j] != nullptr;
+        cp_async_16(b + w_dst + j * kRowsPerPass * 128, valid ? w_src[j] + kc : p.weight,
+                    valid ? 16 : 0);
+      }
+      if (act_copier) {
+        const bool valid = act_src != nullptr;
+        cp_async_16(b + kTileBytes + act_dst, valid ? act_src + kc : p.weight, valid ? 16 : 0);
+      }
+    };
+
+    float acc[8], part[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kFewStages - 1; ++s) {
+      if (s < k_tiles) load_stage(s, s);
+      cp_async_commit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      float sx[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        sx[q] = scale_index[q] >= 0 ? p.input_scales[kt * p.scale_stride + scale_index[q]] : 0.0f;
+      }
+      const float sw = w_scale_row[kt];
+
+      cp_async_wait_pending<kFewStages - 2>();  // tile kt has landed (this thread's copies)
+      fence_proxy_async_shared();               // ... and is visible to the tensor cores
+      __syncthreads();                          // ... for everyone's copies
+
+      const unsigned char* stage = smem + (kt % kFewStages) * kFewStageBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 32; ++kk) {
+        const uint64_t da = wgmma_desc_sw128(stage + wg * (kTileBytes / 2) + kk * 32);
+        const uint64_t db = wgmma_desc_sw128(stage + kTileBytes + kk * 32);
+        wgmma_m64k32_e4m3_ss(part, da, db, kk > 0);
+      }
+      wgmma_commit();
+
+      const int next = kt + kFewStages - 1;  // into the stage of tile kt - 1
+      if (next < k_tiles) load_stage(next % kFewStages, next);
+      cp_async_commit();  // possibly empty: keeps the group count in step with kt
+
+      wgmma_wait<0>();
+      wgmma_fence_registers(part);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          acc[4 * i + 2 * h + 0] += part[4 * i + 2 * h + 0] * (sx[2 * i + 0] * sw);
+          acc[4 * i + 2 * h + 1] += part[4 * i + 2 * h + 1] * (sx[2 * i + 1] * sw);
+        }
+      }
+    }
+    cp_async_wait_pending<0>();
+
+    // acc[4i + 2h + j] = D[m + 8h][8i + c0 + j]: weight row m + 8h, grouped row 8i + c0 + j.
+    if constexpr (kGateUp) {
+      if (wg == 1) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const int n = 8 * (q / 4) + c0 + q % 2, mr = m + 8 * ((q / 2) % 2);
+          up_tile[mr * kFewUpPitch + n] = acc[q];
+        }
+      }
+      __syncthreads();  // the up halves are in place; every warpgroup is done with the stages
+      if (wg == 0) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const int n = 8 * (q / 4) + c0 + q % 2, mr = m + 8 * ((q / 2) % 2);
+          out_tile[n * kFewOutPitch + mr] =
+              __float2bfloat16_rn(silu(acc[q]) * up_tile[mr * kFewUpPitch + n]);
+        }
+      }
+    } else {
+      __syncthreads();  // every warpgroup is done with the stages
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        const int n = 8 * (q / 4) + c0 + q % 2, mr = 64 * wg + m + 8 * ((q / 2) % 2);
+        out_tile[n * kFewOutPitch + mr] = __float2bfloat16_rn(acc[q]);
+      }
+    }
+    __syncthreads();
+
+    constexpr int kOutChunk = 8;  // bf16 per 16-byte store
+    constexpr int kOutChunksPerRow = kOutCols / kOutChunk;
+    for (int i = tid; i < kFewN * kOutChunksPerRow; i += kThreads) {
+      const int r = i / kOutChunksPerRow, ch = i % kOutChunksPerRow;
+      const int col = col0 + ch * kOutChunk;
+      if (col >= p.n_out) continue;
+      *reinterpret_cast<uint4*>(p.output + (rowp + r) * p.ld_output + col) =
+          *reinterpret_cast<const uint4*>(out_tile + r * kFewOutPitch + ch * kOutChunk);
+    }
+    __syncthreads();  // out_tile and the stages are free for the next pass
+  }
+}
+
 template <bool kGateUp>
 Status launch(const Fp8GroupedGemmParams& p, int64_t tiles, cudaStream_t stream) {
   constexpr auto kernel = &moe_grouped_gemm_wgmma_fp8_kernel<kGateUp>;
@@ -255,10 +460,23 @@ Status launch(const Fp8GroupedGemmParams& p, int64_t tiles, cudaStream_t stream)
                               : "moe_grouped_gemm_wgmma_fp8_kernel (down)");
 }
 
+template <bool kGateUp>
+Status launch_few(const Fp8GroupedGemmParams& p, int64_t tiles, cudaStream_t stream) {
+  constexpr auto kernel = &moe_grouped_gemm_wgmma_fp8_few_kernel<kGateUp>;
+  VLLM_RETURN_IF_ERROR(opt_in_shared_memory<kernel>(
+      kFewSmemBytes,
+      "cudaFuncSetAttribute(moe_grouped_gemm_wgmma_fp8_few_kernel, MaxDynamicSharedMemorySize)"));
+  constexpr int kOutCols = kGateUp ? kBN / 2 : kBN;
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n_out, kOutCols)), static_cast<unsigned>(tiles));
+  launch_pdl(kernel, grid, kThreads, kFewSmemBytes, stream, p);
+  return check_launch(kGateUp ? "moe_grouped_gemm_wgmma_fp8_few_kernel (gate/up)"
+                              : "moe_grouped_gemm_wgmma_fp8_few_kernel (down)");
+}
+
 }  // namespace
 
 Status launch_moe_grouped_gemm_wgmma_fp8(const Fp8GroupedGemmParams& p, bool gate_up, int64_t tiles,
-                                         cudaStream_t stream) {
+                                         bool few_rows, cudaStream_t stream) {
   if (p.k % kBK != 0 || p.n_out % 128 != 0 || tiles > 65535) {
     return make_error(ErrorCode::kInternal,
                       "launch_moe_grouped_gemm_wgmma_fp8: K {} and outputs {} must be multiples "
@@ -266,6 +484,9 @@ Status launch_moe_grouped_gemm_wgmma_fp8(const Fp8GroupedGemmParams& p, bool gat
                       p.k, p.n_out, tiles);
   }
   if (tiles == 0) return Status::ok();
+  if (few_rows) {
+    return gate_up ? launch_few<true>(p, tiles, stream) : launch_few<false>(p, tiles, stream);
+  }
   return gate_up ? launch<true>(p, tiles, stream) : launch<false>(p, tiles, stream);
 }
 
