@@ -131,15 +131,80 @@ constexpr size_t rule_smem_bytes() {
 alignas(16) unsigned char gdn_rule_smem[rule_smem_bytes<kMaxKeyDim>()];
 #endif
 
+// One token's k and q of a key head, for a warp of either kernel: lane l holds elements
+// e * 32 + l (e < C / 32; coalesced loads). Those below kMinDk exist at every Dk the kernel
+// takes, so their loads are unmasked; the rest exist when below Dk, and missing ones are
+// zeros. load() reads them into registers; stage() writes them normalised into the warp's
+// staging buffers.
+template <typename T, int kCap, int kMinDk>
+struct TokenQk {
+  static constexpr int kPerLane = kCap / kWarpSize;
+  static_assert(kPerLane >= 1, "a lane stages at least one element");
+  bool ok[kPerLane];
+  float k[kPerLane], q[kPerLane];
+
+  __device__ __forceinline__ TokenQk(int dk, int lane) {
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      ok[e] = (e + 1) * kWarpSize <= kMinDk || e * kWarpSize + lane < dk;
+    }
+  }
+
+  // Token t of the key head whose first element is column qk_col.
+  __device__ __forceinline__ void load(const RuleParams<T>& p, int t, int64_t qk_col, int lane) {
+    const T* kt = p.k + t * p.k_stride + qk_col;
+    const T* qt = p.q + t * p.q_stride + qk_col;
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      k[e] = ok[e] ? to_float(kt[e * kWarpSize + lane]) : 0.0f;
+      q[e] = ok[e] ? to_float(qt[e * kWarpSize + lane]) : 0.0f;
+    }
+  }
+
+  // x / sqrt(sum(x^2) + eps) (then q's scale), as the CPU op: (x * inv) * scale. Every lane of
+  // the warp calls it (the norms are warp sums).
+  __device__ __forceinline__ void stage(const RuleParams<T>& p, float* k_dst, float* q_dst,
+                                        int lane) const {
+    float k_inv = 1.0f, q_inv = 1.0f;
+    if (p.use_l2norm) {
+      float k_sq = 0.0f, q_sq = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPerLane; ++e) {
+        k_sq += k[e] * k[e];
+        q_sq += q[e] * q[e];
+      }
+      k_sq = detail::warp_sum(k_sq);
+      q_sq = detail::warp_sum(q_sq);
+      k_inv = 1.0f / sqrtf(k_sq + p.l2norm_eps);
+      q_inv = 1.0f / sqrtf(q_sq + p.l2norm_eps);
+    }
+#pragma unroll
+    for (int e = 0; e < kPerLane; ++e) {
+      k_dst[e * kWarpSize + lane] = k[e] * k_inv;
+      q_dst[e * kWarpSize + lane] = (q[e] * q_inv) * p.scale;
+    }
+  }
+};
+
+// A padding request (slot -1) has no state and zero outputs: kCols adjacent columns from
+// out_col, on every row.
+template <int kCols, typename T>
+__device__ __forceinline__ void zero_outputs(const RuleParams<T>& p,
+                                             const detail::RequestRows& rows, int64_t out_col) {
+  for (int t = rows.begin; t < rows.end; ++t) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) p.out[t * p.out_stride + out_col + c] = from_float<T>(0.0f);
+  }
+}
+
 // kCap: the key-dim capacity C (see the top of the file); p.dk <= kCap.
 template <typename T, int kCap>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     gated_delta_rule_kernel(RuleParams<T> p) {
   pdl_wait();
   pdl_launch_next();
-  constexpr int kRows = kCap / kRowGroups;    // state rows per lane
-  constexpr int kPerLane = kCap / kWarpSize;  // k / q elements each lane stages
-  static_assert(kRows % 4 == 0 && kPerLane >= 1, "rows are read as float4");
+  constexpr int kRows = kCap / kRowGroups;  // state rows per lane
+  static_assert(kRows % 4 == 0, "rows are read as float4");
   constexpr int kMinDk = min_key_dim<kCap>();
   // stage[warp][buffer][k, q][C] in dynamic shared memory; elements Dk .. C - 1 stay zero.
 #if defined(VLLM_CUDA_EMULATION)
@@ -167,11 +232,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   const detail::RequestRows rows = detail::request_rows(p.batch, request);
   if (rows.begin == rows.end || rows.end - rows.begin >= p.chunked_min_rows) return;
   const int64_t out_col = static_cast<int64_t>(head) * p.dv + col;
-  if (rows.slot < 0) {  // padding: no state, zero outputs
-    if (writes_out) {
-      for (int t = rows.begin; t < rows.end; ++t)
-        p.out[t * p.out_stride + out_col] = from_float<T>(0.0f);
-    }
+  if (rows.slot < 0) {
+    if (writes_out) zero_outputs<1>(p, rows, out_col);
     return;
   }
 
@@ -193,48 +255,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   }
 
   const int64_t qk_col = static_cast<int64_t>(key_head) * p.dk;
-  // Which of this lane's staged elements e * 32 + lane exist: those below kMinDk always (known
-  // at compile time, so Dk = C has no masked loads in its first half), the rest when < Dk.
-  bool qk_ok[kPerLane];
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    qk_ok[e] = (e + 1) * kWarpSize <= kMinDk || e * kWarpSize + lane < p.dk;
-  }
+  // kMinDk is known at compile time, so Dk = C has no masked k/q loads in its first half.
+  TokenQk<T, kCap, kMinDk> qk(p.dk, lane);
   const int64_t v_col = col_ok ? out_col : 0;
-  float k_raw[kPerLane], q_raw[kPerLane];
   float v_next = 0.0f, g_next = 0.0f, beta_next = 0.0f;
   auto load_token = [&](int t) {
-    const T* kt = p.k + t * p.k_stride + qk_col;
-    const T* qt = p.q + t * p.q_stride + qk_col;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      k_raw[e] = qk_ok[e] ? to_float(kt[e * kWarpSize + lane]) : 0.0f;
-      q_raw[e] = qk_ok[e] ? to_float(qt[e * kWarpSize + lane]) : 0.0f;
-    }
+    qk.load(p, t, qk_col, lane);
     v_next = to_float(p.v[t * p.v_stride + v_col]);  // idle lanes read column 0: in bounds
     g_next = p.g[t * p.g_stride + head];
     beta_next = p.beta[t * p.beta_stride + head];
   };
-  // x / sqrt(sum(x^2) + eps) (then q's scale), as the CPU op: (x * inv) * scale.
   auto stage_token = [&](int buffer) {
-    float k_inv = 1.0f, q_inv = 1.0f;
-    if (p.use_l2norm) {
-      float k_sq = 0.0f, q_sq = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kPerLane; ++e) {
-        k_sq += k_raw[e] * k_raw[e];
-        q_sq += q_raw[e] * q_raw[e];
-      }
-      k_sq = detail::warp_sum(k_sq);
-      q_sq = detail::warp_sum(q_sq);
-      k_inv = 1.0f / sqrtf(k_sq + p.l2norm_eps);
-      q_inv = 1.0f / sqrtf(q_sq + p.l2norm_eps);
-    }
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      stage[warp][buffer][0][e * kWarpSize + lane] = k_raw[e] * k_inv;
-      stage[warp][buffer][1][e * kWarpSize + lane] = (q_raw[e] * q_inv) * p.scale;
-    }
+    qk.stage(p, stage[warp][buffer][0], stage[warp][buffer][1], lane);
   };
 
   load_token(rows.begin);
@@ -364,7 +396,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   pdl_launch_next();
   constexpr int kCap = kWideCap;
   constexpr int kRows = kCap / kWideRowGroups;  // 16 state rows per lane
-  constexpr int kPerLane = kCap / kWarpSize;    // k / q elements each lane stages
   constexpr int kMinDk = kCap / 2 + 1;
   constexpr int kC = kWideColsPerLane;
 #if defined(VLLM_CUDA_EMULATION)
@@ -390,13 +421,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   const detail::RequestRows rows = detail::request_rows(p.batch, request);
   if (rows.begin == rows.end || rows.end - rows.begin >= p.chunked_min_rows) return;
   const int64_t out_col = static_cast<int64_t>(head) * p.dv + col;
-  if (rows.slot < 0) {  // padding: no state, zero outputs
-    if (writes_out) {
-      for (int t = rows.begin; t < rows.end; ++t) {
-#pragma unroll
-        for (int c = 0; c < kC; ++c) p.out[t * p.out_stride + out_col + c] = from_float<T>(0.0f);
-      }
-    }
+  if (rows.slot < 0) {
+    if (writes_out) zero_outputs<kC>(p, rows, out_col);
     return;
   }
 
@@ -419,45 +445,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   }
 
   const int64_t qk_col = static_cast<int64_t>(key_head) * p.dk;
-  bool qk_ok[kPerLane];
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    qk_ok[e] = (e + 1) * kWarpSize <= kMinDk || e * kWarpSize + lane < p.dk;
-  }
-  float k_raw[kPerLane], q_raw[kPerLane];
+  TokenQk<T, kCap, kMinDk> qk(p.dk, lane);
   float v_next[kC] = {}, g_next = 0.0f, beta_next = 0.0f;
   auto load_token = [&](int t) {
-    const T* kt = p.k + t * p.k_stride + qk_col;
-    const T* qt = p.q + t * p.q_stride + qk_col;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      k_raw[e] = qk_ok[e] ? to_float(kt[e * kWarpSize + lane]) : 0.0f;
-      q_raw[e] = qk_ok[e] ? to_float(qt[e * kWarpSize + lane]) : 0.0f;
-    }
+    qk.load(p, t, qk_col, lane);
 #pragma unroll
     for (int c = 0; c < kC; ++c) v_next[c] = to_float(p.v[t * p.v_stride + out_col + c]);
     g_next = p.g[t * p.g_stride + head];
     beta_next = p.beta[t * p.beta_stride + head];
   };
   auto stage_token = [&](int buffer) {
-    float k_inv = 1.0f, q_inv = 1.0f;
-    if (p.use_l2norm) {
-      float k_sq = 0.0f, q_sq = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kPerLane; ++e) {
-        k_sq += k_raw[e] * k_raw[e];
-        q_sq += q_raw[e] * q_raw[e];
-      }
-      k_sq = detail::warp_sum(k_sq);
-      q_sq = detail::warp_sum(q_sq);
-      k_inv = 1.0f / sqrtf(k_sq + p.l2norm_eps);
-      q_inv = 1.0f / sqrtf(q_sq + p.l2norm_eps);
-    }
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      stage[warp][buffer][0][e * kWarpSize + lane] = k_raw[e] * k_inv;
-      stage[warp][buffer][1][e * kWarpSize + lane] = (q_raw[e] * q_inv) * p.scale;
-    }
+    qk.stage(p, stage[warp][buffer][0], stage[warp][buffer][1], lane);
   };
   // Completes a column sum over the 8 row groups.
   auto row_group_sum = [](float v) {
