@@ -79,51 +79,6 @@ __device__ __forceinline__ float round_weight_bf16(float w) {
   return to_float(from_float<__nv_bfloat16>(w));
 }
 
-// The two f16 of a word (the low half first) as floats, exactly.
-__device__ __forceinline__ float2 f16x2_bits_to_float2(uint32_t v) {
-#if defined(__CUDA_ARCH__)
-  float2 f;
-  asm("{.reg .f16 lo, hi;\n"
-      " mov.b32 {lo, hi}, %2;\n"
-      " cvt.f32.f16 %0, lo;\n"
-      " cvt.f32.f16 %1, hi;}"
-      : "=f"(f.x), "=f"(f.y)
-      : "r"(v));
-  return f;
-#else
-  __half_raw lo, hi;
-  lo.x = static_cast<unsigned short>(v);
-  hi.x = static_cast<unsigned short>(v >> 16);
-  return make_float2(__half2float(__half(lo)), __half2float(__half(hi)));
-#endif
-}
-
-// Four e4m3 weights (one word, the lowest byte first) times their block's scale, each rounded
-// to BF16 -- round_weight_bf16's values for every finite code -- as two bf16x2 words: x holds
-// bytes 0-1 (byte 0 in the low half), y bytes 2-3. The A fragments of the tensor-core GEMV
-// (gemv.cu). Type conversions run on a narrow pipe (the CUDA guide gives 16 a clock per SM for
-// most on sm_80-sm_90, against 64 integer and 128 FP32 operations), and one conversion a weight
-// (cvt.rn.f16x2.e4m3x2, then cvt.rn.bf16x2.f32, two weights each) would need ~90% of it just to
-// keep pace with an H100's HBM. So only the rounding converts: each byte becomes an f16 by bit
-// moves (sign to bit 15, the exponent and mantissa bits to 13..7: the code's value / 256
-// exactly, subnormal codes included), is widened to f32 (exact), multiplied by scale * 256 in
-// f32 (the same real product as code * scale, hence the same f32 rounding, for scales below
-// 2^120) and rounded to BF16 in pairs. The NaN codes 0x7f / 0xff, which no quantizer writes,
-// come out as +-480 * scale.
-__device__ __forceinline__ uint2 e4m3x4_to_bf16x4(uint32_t w, float scale) {
-  const uint32_t odd = (w & 0x80008000u) | ((w >> 1) & 0x3f803f80u);  // bytes 1 | 3
-  const uint32_t u = w << 7;
-  const uint32_t even = ((u << 1) & 0x80008000u) | (u & 0x3f803f80u);  // bytes 0 | 2
-  const float2 f02 = f16x2_bits_to_float2(even), f13 = f16x2_bits_to_float2(odd);
-  const float s = scale * 256.0f;
-  const __nv_bfloat162 l = __floats2bfloat162_rn(f02.x * s, f13.x * s);
-  const __nv_bfloat162 h = __floats2bfloat162_rn(f02.y * s, f13.y * s);
-  uint2 out;
-  memcpy(&out.x, &l, sizeof out.x);
-  memcpy(&out.y, &h, sizeof out.y);
-  return out;
-}
-
 // Four e4m3 codes (one word, the lowest byte first) as their exact BF16 values, without
 // conversion instructions (they issue 16 a clock per SM): bytes 0-1 in x (byte 0 in the low
 // half), bytes 2-3 in y. Each code's sign goes to bit 15 and its exponent and mantissa bits to
