@@ -39,6 +39,10 @@
 #include "cuda/cuda_test_util.h"
 #include "tensor/block_fp8.h"
 
+namespace vllm::cuda::emulated {
+void widen_e4m3x4(uint32_t w, uint32_t plain[2], uint32_t kept[2]);  // gemv_fp8_emulated.cpp
+}
+
 namespace vllm {
 namespace {
 
@@ -419,6 +423,41 @@ TEST(GemvFp8MmaEmulated, EveryCodeAndScaleIsTheDequantizedWeight) {
             ADD_FAILURE() << "row " << r << " column " << c0 + j << " code 0x" << std::hex
                           << int{codes[r * k + c0 + j]} << std::dec << ": "
                           << out.data<float>()[j * n + r] << " against " << want;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// The bit-move widening of four e4m3 codes (fp8.cuh), which the GEMV and the FP8 KV staging of
+// the wgmma attention kernel use: every code in every byte position of a word, beside codes of
+// all kinds, is its exact value as BF16; with e4m3x4_keep_nan the NaN codes are NaN and nothing
+// else changes.
+TEST(Fp8CodesEmulated, BitMovesGiveEveryCodeExactlyAndKeepNan) {
+  std::mt19937 rng(5);
+  int mismatches = 0;
+  for (int pos = 0; pos < 4; ++pos) {
+    for (int code = 0; code < 256; ++code) {
+      for (int trial = 0; trial < 4; ++trial) {
+        uint32_t w = static_cast<uint32_t>(rng());
+        w = (w & ~(0xffu << (8 * pos))) | (static_cast<uint32_t>(code) << (8 * pos));
+        uint32_t plain[2], kept[2];
+        cuda::emulated::widen_e4m3x4(w, plain, kept);
+        for (int b = 0; b < 4; ++b) {
+          const auto byte = static_cast<uint8_t>(w >> (8 * b));
+          auto half = [&](const uint32_t* v) {
+            return static_cast<uint16_t>(v[b / 2] >> (16 * (b % 2)));
+          };
+          const float want = fp8e4m3_to_f32(byte);
+          const float got = bf16_to_f32(half(kept));
+          const bool ok = std::isnan(want) ? std::isnan(got) && half(plain) != half(kept)
+                                           : got == want && half(plain) == half(kept);
+          if (!ok && mismatches++ < 5) {
+            ADD_FAILURE() << "code 0x" << std::hex << int{byte} << std::dec << " in byte " << b
+                          << ": " << got << " (without keep_nan " << bf16_to_f32(half(plain))
+                          << "), want " << want;
           }
         }
       }

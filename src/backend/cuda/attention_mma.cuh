@@ -20,7 +20,7 @@
 // Tile shapes: kKeys = 64 for D <= 128 (S 32 + O 64 registers per lane), 32 for D = 256
 // (O alone is 128 registers per lane); shared memory 87-101 KB, two blocks per SM.
 // On compute capability 9.0 devices the wgmma kernel (sm90a/attention_wgmma.cu) takes head
-// dims 128 and 256 instead, except over an FP8 cache (attention_wgmma.h).
+// dims 128 and 256 instead, over a BF16 or an FP8 cache (attention_wgmma.h).
 // An FP8 cache (C = KvFp8) lands in the shared stages as e4m3 bytes (half the copy) and each
 // fragment register is converted to BF16 pairs as it is read (exact: e4m3 values are BF16
 // values); k_scale is in the softmax scale and v_scale in the final normalisation

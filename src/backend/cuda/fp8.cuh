@@ -85,7 +85,7 @@ __device__ __forceinline__ float round_weight_bf16(float w) {
 // bits 10..4: the BF16 whose exponent field is the code's, i.e. the code's value times 2^-120,
 // exactly, its subnormal codes as BF16 subnormals. One BF16 multiply by 2^120 (exact: BF16
 // arithmetic keeps subnormal inputs) restores the value. The NaN codes 0x7f / 0xff come out as
-// +-480, which no quantizer writes.
+// +-480, which no quantizer writes for a weight (e4m3x4_keep_nan restores them).
 __device__ __forceinline__ uint2 e4m3x4_to_bf16x4_exact(uint32_t w) {
   const uint32_t b01 = (w & 0xffu) | ((w & 0xff00u) << 8);  // byte 0 -> bits 0-7, 1 -> 16-23
   const uint32_t b23 = ((w >> 16) & 0xffu) | ((w >> 8) & 0xff0000u);
@@ -115,6 +115,23 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4_exact(uint32_t w) {
   out.y = scale(y);
 #endif
   return out;
+}
+
+// e4m3x4_to_bf16x4_exact's result v for the word w with the NaN codes (0x7f / 0xff) made BF16
+// NaNs, as the conversion instructions and the CPU read them: for data that can hold NaN (an
+// FP8 KV cache stores a NaN activation as 0x7f), where the weights' paths need not pay for it.
+// A byte's low seven bits plus one reach its bit 7 only from 0x7f, and never carry into the next
+// byte; so one AND, one add and one test find them.
+__device__ __forceinline__ uint2 e4m3x4_keep_nan(uint32_t w, uint2 v) {
+  const uint32_t nan = ((w & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+  if (nan != 0) {
+    constexpr uint32_t kNan = 0x7fc0u;
+    if (nan & 0x00000080u) v.x = (v.x & 0xffff0000u) | kNan;
+    if (nan & 0x00008000u) v.x = (v.x & 0x0000ffffu) | (kNan << 16);
+    if (nan & 0x00800000u) v.y = (v.y & 0xffff0000u) | kNan;
+    if (nan & 0x80000000u) v.y = (v.y & 0x0000ffffu) | (kNan << 16);
+  }
+  return v;
 }
 
 // The weight that activations of type T multiply: the e4m3 value q times its block's scale,

@@ -179,7 +179,8 @@ __device__ __forceinline__ void copy_kv_tile(const AttentionArgs& a, const int32
 }
 
 // FP8: this thread's chunks of a staged e4m3 tile (the ones its copy_kv_tile copied, landed)
-// as exact BF16 into the swizzled stage `tile`: 16 codes become two 8-element chunks.
+// as exact BF16 (the NaN codes as NaN) into the swizzled stage `tile`: 16 codes become two
+// 8-element chunks.
 template <int D>
 __device__ __forceinline__ void widen_kv_tile(const unsigned char* staging, unsigned char* tile) {
   using Tile = WgmmaTile<D, KvFp8>;
@@ -194,7 +195,7 @@ __device__ __forceinline__ void widen_kv_tile(const unsigned char* staging, unsi
     uint32_t* o = &out[0].x;
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const uint2 v = e4m3x4_to_bf16x4_exact(words[w]);
+      const uint2 v = e4m3x4_keep_nan(words[w], e4m3x4_to_bf16x4_exact(words[w]));
       o[2 * w] = v.x;
       o[2 * w + 1] = v.y;
     }
