@@ -69,6 +69,44 @@ constexpr size_t kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slac
 static_assert(kSmemBytes <= 227 * 1024);
 static_assert(kRows * kOutPitch * 2 <= kStages * kStageBytes);
 
+// The expert e weight rows that thread row r0 copies into a 128-row weight tile of output
+// columns col0..: tile rows r0, r0 + 32, ... (null past the outputs). Gate/up: tile rows
+// 0..63 are gate rows col0.., 64..127 the matching up rows (so both halves of a SiLU product
+// land in one thread's accumulators, or one CTA).
+template <bool kGateUp>
+__device__ __forceinline__ void weight_rows(const Fp8GroupedGemmParams& p, int e, int col0, int r0,
+                                            const uint8_t* (&w_src)[kWeightCopies]) {
+  const uint8_t* w = p.weight + static_cast<int64_t>(e) * p.expert_stride;
+#pragma unroll
+  for (int j = 0; j < kWeightCopies; ++j) {
+    const int r = r0 + j * kRowsPerPass;
+    int wr = -1;
+    if constexpr (kGateUp) {
+      const int c = col0 + r % (kBN / 2);
+      if (c < p.n_out) wr = r < kBN / 2 ? c : p.n_out + c;
+    } else {
+      if (col0 + r < p.n_out) wr = col0 + r;
+    }
+    w_src[j] = wr >= 0 ? w + static_cast<int64_t>(wr) * p.k : nullptr;
+  }
+}
+
+// The CTA's staged output rows (bf16 [kTileRows][kPitch], kCols columns from col0) into
+// grouped rows row0.. of the output, in 16-byte stores; columns past the outputs are skipped.
+template <int kCols, int kTileRows, int kPitch>
+__device__ __forceinline__ void store_out_tile(const Fp8GroupedGemmParams& p, const bf16* out_tile,
+                                               int64_t row0, int col0) {
+  constexpr int kOutChunk = 8;  // bf16 per 16-byte store
+  constexpr int kOutChunksPerRow = kCols / kOutChunk;
+  for (int i = static_cast<int>(threadIdx.x); i < kTileRows * kOutChunksPerRow; i += kThreads) {
+    const int r = i / kOutChunksPerRow, ch = i % kOutChunksPerRow;
+    const int col = col0 + ch * kOutChunk;
+    if (col >= p.n_out) continue;
+    *reinterpret_cast<uint4*>(p.output + (row0 + r) * p.ld_output + col) =
+        *reinterpret_cast<const uint4*>(out_tile + r * kPitch + ch * kOutChunk);
+  }
+}
+
 template <bool kGateUp>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_grouped_gemm_wgmma_fp8_kernel(Fp8GroupedGemmParams p) {
@@ -103,22 +141,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     act_src[j] = src;
   }
-  // Weight row r of the tile. Gate/up: rows 0..63 are gate rows col0.., 64..127 the matching
-  // up rows (so both halves of a SiLU product land in one thread's accumulators).
-  const uint8_t* w = p.weight + static_cast<int64_t>(e) * p.expert_stride;
   const uint8_t* w_src[kWeightCopies];
-#pragma unroll
-  for (int j = 0; j < kWeightCopies; ++j) {
-    const int r = r0 + j * kRowsPerPass;
-    int wr = -1;
-    if constexpr (kGateUp) {
-      const int c = col0 + r % (kBN / 2);
-      if (c < p.n_out) wr = r < kBN / 2 ? c : p.n_out + c;
-    } else {
-      if (col0 + r < p.n_out) wr = col0 + r;
-    }
-    w_src[j] = wr >= 0 ? w + static_cast<int64_t>(wr) * p.k : nullptr;
-  }
+  weight_rows<kGateUp>(p, e, col0, r0, w_src);
   const uint32_t dst0 = swizzle_128b_offset(r0, chunk);
 
   auto load_stage = [&](int stage, int kt) {
@@ -242,15 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  constexpr int kOutChunk = 8;  // bf16 per 16-byte store
-  constexpr int kOutChunksPerRow = kOutCols / kOutChunk;
-  for (int i = tid; i < kRows * kOutChunksPerRow; i += kThreads) {
-    const int r = i / kOutChunksPerRow, ch = i % kOutChunksPerRow;
-    const int col = col0 + ch * kOutChunk;
-    if (col >= p.n_out) continue;
-    *reinterpret_cast<uint4*>(p.output + (row0 + r) * p.ld_output + col) =
-        *reinterpret_cast<const uint4*>(out_tile + r * kOutPitch + ch * kOutChunk);
-  }
+  store_out_tile<kOutCols, kRows, kOutPitch>(p, out_tile, row0, col0);
 }
 
 // ---- Few rows an expert: weights as M, 16 grouped rows a pass as N ------------------------
@@ -292,20 +308,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Weight copies as in the kernel above: thread (chunk, r0) takes rows r0, r0 + 32, ...
   const int chunk = tid % kChunksPerRow;
   const int r0 = tid / kChunksPerRow;
-  const uint8_t* w = p.weight + static_cast<int64_t>(e) * p.expert_stride;
   const uint8_t* w_src[kWeightCopies];
-#pragma unroll
-  for (int j = 0; j < kWeightCopies; ++j) {
-    const int r = r0 + j * kRowsPerPass;
-    int wr = -1;
-    if constexpr (kGateUp) {
-      const int c = col0 + r % (kBN / 2);
-      if (c < p.n_out) wr = r < kBN / 2 ? c : p.n_out + c;
-    } else {
-      if (col0 + r < p.n_out) wr = col0 + r;
-    }
-    w_src[j] = wr >= 0 ? w + static_cast<int64_t>(wr) * p.k : nullptr;
-  }
+  weight_rows<kGateUp>(p, e, col0, r0, w_src);
   const uint32_t w_dst = swizzle_128b_offset(r0, chunk);
   // Activation copies: threads 0..127, row tid / 8 of the pass, chunk tid % 8.
   const bool act_copier = tid < kFewN * kChunksPerRow;
@@ -434,15 +438,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncthreads();
 
-    constexpr int kOutChunk = 8;  // bf16 per 16-byte store
-    constexpr int kOutChunksPerRow = kOutCols / kOutChunk;
-    for (int i = tid; i < kFewN * kOutChunksPerRow; i += kThreads) {
-      const int r = i / kOutChunksPerRow, ch = i % kOutChunksPerRow;
-      const int col = col0 + ch * kOutChunk;
-      if (col >= p.n_out) continue;
-      *reinterpret_cast<uint4*>(p.output + (rowp + r) * p.ld_output + col) =
-          *reinterpret_cast<const uint4*>(out_tile + r * kFewOutPitch + ch * kOutChunk);
-    }
+    store_out_tile<kOutCols, kFewN, kFewOutPitch>(p, out_tile, rowp, col0);
     __syncthreads();  // out_tile and the stages are free for the next pass
   }
 }
