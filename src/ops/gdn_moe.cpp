@@ -99,29 +99,6 @@ Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
   return unsupported("gated_rms_norm", out);
 }
 
-Status gdn_core(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                const Tensor& a, const Tensor& b, const Tensor& z, const GdnCoreWeights& weights,
-                const BatchLayout& layout, const DeltaRuleArgs& args, Tensor& state, Tensor& out) {
-#if VLLM_WITH_CUDA
-  if (out.device().is_cuda() && cuda::gdn_decode_core_fits(q, state, cuda_batch(layout))) {
-    VLLM_PROFILE_SCOPE("gdn_decode_core");
-    cuda::GatedDeltaRuleParams p;
-    p.use_qk_l2norm = args.use_qk_l2norm;
-    p.l2norm_eps = args.l2norm_eps;
-    p.scale = args.scale;
-    const cuda::GdnDecodeGates gates{
-        a, b, weights.A_log, weights.dt_bias, z, weights.norm_weight, weights.norm_eps};
-    return cuda::gdn_decode_core(q, k, v, gates, cuda_batch(layout), p, state, out, stream(ctx));
-  }
-#endif
-  const int64_t tokens = a.size(0), hv = a.size(1);
-  VLLM_ASSIGN_OR_RETURN(Tensor g, ctx.alloc({tokens, hv}, DType::kF32));
-  VLLM_ASSIGN_OR_RETURN(Tensor beta, ctx.alloc({tokens, hv}, DType::kF32));
-  VLLM_RETURN_IF_ERROR(gdn_gating(ctx, a, b, weights.A_log, weights.dt_bias, g, beta));
-  VLLM_RETURN_IF_ERROR(gated_delta_rule(ctx, q, k, v, g, beta, layout, args, state, out));
-  return gated_rms_norm(ctx, out, z, weights.norm_weight, weights.norm_eps, out);
-}
-
 Status moe_route(const ExecContext& ctx, const Tensor& router_logits, int64_t top_k,
                  bool renormalize, Tensor& topk_weights, Tensor& topk_ids, bool shared_slot) {
   VLLM_PROFILE_SCOPE("moe_route");

@@ -150,18 +150,6 @@ Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k
                         const DeltaRuleArgs& args, Tensor& state, Tensor& out);
 Status gated_rms_norm(const ExecContext& ctx, const Tensor& x, const Tensor& z,
                       const Tensor& weight, float eps, Tensor& out);
-// What a Gated DeltaNet layer computes after its conv: g, beta = gdn_gating(a, b, A_log,
-// dt_bias); out = gated_delta_rule(q, k, v, g, beta); out = gated_rms_norm(out, z, norm_weight).
-// On CUDA one launch for decode steps (cuda::gdn_decode_core_fits, the same numbers), else
-// the three ops.
-struct GdnCoreWeights {
-  Tensor A_log, dt_bias;  // [Hv]
-  Tensor norm_weight;     // [Dv]
-  float norm_eps = 1e-6f;
-};
-Status gdn_core(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                const Tensor& a, const Tensor& b, const Tensor& z, const GdnCoreWeights& weights,
-                const BatchLayout& layout, const DeltaRuleArgs& args, Tensor& state, Tensor& out);
 
 // ---- Mixture of experts ---------------------------------------------------------------------
 

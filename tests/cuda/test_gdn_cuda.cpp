@@ -16,8 +16,7 @@
 // Tolerances (relative L2): BF16 1e-2 (output rounding; the chunked form's state too, its
 // products round their operands to BF16); F32 1e-5, also for the token-by-token delta rule's
 // output and state in both dtypes (kRuleF32Tolerance: gdn_cuda_test_util.h says why). States copied
-// from inputs (the conv state) must match exactly. The fused decode kernel (gdn_decode_core) must
-// equal the three kernels it replaces bit for bit. Without a GPU every test but the argument check
+// from inputs (the conv state) must match exactly. Without a GPU every test but the argument check
 // is skipped; bench_gdn_cuda.cpp holds the timing mode (VLLM_BENCH=1).
 #include <gtest/gtest.h>
 
@@ -460,86 +459,6 @@ TEST_F(GdnCuda, GatedRmsNormMatchesCpu) {
       GDN_ASSERT_OK(cuda::gated_rms_norm(x_gpu, mixed_gpu.slice(1, z_offset, z_offset + width),
                                          w_gpu, kNormEps, out_gpu, kStream));
       EXPECT_TRUE(relative_l2(host_f32(out_gpu), out_ref, tolerance(act)));
-    }
-  }
-}
-
-// ---- gdn_decode_core ------------------------------------------------------------------------
-
-// The bytes of a contiguous device tensor, for bit-for-bit comparisons.
-std::vector<uint8_t> device_bytes(const Tensor& gpu) {
-  const Tensor host = cuda::copy_to_host(gpu).value();
-  const auto* p = static_cast<const uint8_t*>(host.data_ptr());
-  return std::vector<uint8_t>(p, p + host.nbytes());
-}
-
-// The fused decode kernel against the three kernels it replaces (gdn_gating, the delta rule,
-// gated_rms_norm) on the same device inputs: the outputs and every state slot equal bit for
-// bit, at Qwen3.5-4B's and 27B's heads and smaller ones, for F32 and BF16 activations and
-// states, with a padding request (slot -1) and an empty one in the batch.
-TEST_F(GdnCuda, DecodeCoreEqualsTheThreeKernelsBitForBit) {
-  struct Case {
-    std::string name;
-    int64_t hk, hv, dk, dv, requests;
-  };
-  const Case cases[] = {{"Qwen3.5-4B heads", 16, 32, 128, 128, 5},
-                        {"Qwen3.5-27B heads", 16, 48, 128, 128, 3},
-                        {"Dk=96 Dv=48", 2, 6, 96, 48, 4},
-                        {"Dk=72 Dv=16", 1, 1, 72, 16, 2}};
-  for (const Case& c : cases) {
-    for (DType act : kActs) {
-      for (DType state_dtype : {DType::kF32, DType::kBF16}) {
-        SCOPED_TRACE(
-            fmt::format("{} act={} state={}", c.name, dtype_name(act), dtype_name(state_dtype)));
-        std::vector<int32_t> lens(static_cast<size_t>(c.requests), 1);
-        lens.push_back(0);  // an empty request
-        Batch b = make_batch(lens, c.requests + 3, rng_);
-        b.slots[1] = -1;  // a padding request
-        b.max_len = 1;
-        const int64_t tokens = b.tokens(), key_dim = c.hk * c.dk, value_dim = c.hv * c.dv;
-        const int64_t conv_dim = 2 * key_dim + value_dim;
-        const int64_t width = conv_dim + value_dim + 2 * c.hv;
-        // The model's projection row: q | k | v (after the conv) | z | b | a.
-        Tensor proj = dev(random_tensor({tokens, width}, act, rng_, 0.0f, 1.0f));
-        Tensor A_log = dev(random_tensor({c.hv}, DType::kF32, rng_, -1.0f, 1.5f));
-        Tensor dt_bias = dev(random_tensor({c.hv}, DType::kBF16, rng_, -1.0f, 0.5f));
-        Tensor norm = dev(random_tensor({c.dv}, DType::kBF16, rng_, 1.0f, 0.2f));
-        const Tensor state0 =
-            random_tensor({c.requests + 3, c.hv, c.dk, c.dv}, state_dtype, rng_, 0.0f, 0.3f);
-        auto cols = [](const Tensor& t, int64_t begin, int64_t n) {
-          return t.slice(1, begin, begin + n);
-        };
-        const Tensor q = cols(proj, 0, key_dim), k = cols(proj, key_dim, key_dim);
-        const Tensor v = cols(proj, 2 * key_dim, value_dim), z = cols(proj, conv_dim, value_dim);
-        const Tensor b_in = cols(proj, conv_dim + value_dim, c.hv);
-        const Tensor a_in = cols(proj, conv_dim + value_dim + c.hv, c.hv);
-        const DeviceBatch db = upload(b);
-        cuda::GatedDeltaRuleParams params;
-
-        Tensor state_three = dev(state0), out_three = dev(fill_nan({tokens, value_dim}, act));
-        Tensor g = dev(fill_nan({tokens, c.hv}, DType::kF32));
-        Tensor beta = dev(fill_nan({tokens, c.hv}, DType::kF32));
-        GDN_ASSERT_OK(cuda::gdn_gating(a_in, b_in, A_log, dt_bias, g, beta, kStream));
-        GDN_ASSERT_OK(cuda::gated_delta_rule(q, k, v, g, beta, db.view, params, state_three,
-                                             out_three, kStream));
-        GDN_ASSERT_OK(cuda::gated_rms_norm(out_three, z, norm, kNormEps, out_three, kStream));
-
-        ASSERT_TRUE(cuda::gdn_decode_core_fits(q, state_three, db.view));
-        Tensor state_fused = dev(state0), out_fused = dev(fill_nan({tokens, value_dim}, act));
-        const cuda::GdnDecodeGates gates{a_in, b_in, A_log, dt_bias, z, norm, kNormEps};
-        GDN_ASSERT_OK(cuda::gdn_decode_core(q, k, v, gates, db.view, params, state_fused, out_fused,
-                                            kStream));
-        EXPECT_EQ(device_bytes(out_fused), device_bytes(out_three)) << "out";
-        EXPECT_EQ(device_bytes(state_fused), device_bytes(state_three)) << "state";
-        // The padding request's row is zeros (its norm of zero outputs), no NaN left anywhere.
-        const Tensor out_host = host_f32(out_fused);
-        for (int64_t i = 0; i < out_host.numel(); ++i) {
-          ASSERT_FALSE(std::isnan(out_host.data<float>()[i])) << i;
-        }
-        for (int64_t i = 0; i < value_dim; ++i) {
-          ASSERT_EQ(out_host.data<float>()[b.loc[1] * value_dim + i], 0.0f) << i;
-        }
-      }
     }
   }
 }

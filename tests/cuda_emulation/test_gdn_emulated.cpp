@@ -9,12 +9,10 @@
 // so outputs and states are held to relative L2 1e-2, the BF16 bound of the GPU tests.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/cpu/gdn.h"
@@ -182,111 +180,6 @@ TEST(GdnEmulated, ChunkedRequestsPastTheWorkspaceBoundAreRefusedOnTheDevice) {
   EXPECT_FALSE(slot_changed(4));
   EXPECT_FALSE(slot_changed(5));
   EXPECT_FALSE(slot_changed(0));
-}
-
-// ---- The fused decode core (gdn_decode_core) ----------------------------------------------
-
-// One decode step of the fused kernel against the CPU's three ops (gdn_gating, the delta
-// rule, gated_rms_norm): requests of one row, a padding request (slot -1: zero outputs, no
-// state touched) and an empty one; a, b and z as column slices of the model's projection.
-void run_decode_core(int64_t hk, int64_t hv, int64_t dk, int64_t dv, DType act, std::mt19937& rng) {
-  SCOPED_TRACE(fmt::format("Hk={} Hv={} Dk={} Dv={} act={}", hk, hv, dk, dv, dtype_name(act)));
-  const std::vector<int32_t> loc{0, 1, 2, 3, 3, 4};  // request 3 is empty
-  const std::vector<int32_t> slots{3, -1, 1, 4, 0};  // request 1 is padding
-  const int64_t tokens = 4, key_dim = hk * dk, value_dim = hv * dv, num_slots = 5;
-  const int64_t conv_dim = 2 * key_dim + value_dim, width = conv_dim + value_dim + 2 * hv;
-  Tensor proj = cuda_test::random_tensor({tokens, width}, act, rng, 0.0f, 1.0f);
-  Tensor A_log = cuda_test::random_tensor({hv}, DType::kF32, rng, -1.0f, 1.5f);
-  Tensor dt_bias = cuda_test::random_tensor({hv}, DType::kBF16, rng, -1.0f, 0.5f);
-  Tensor norm = cuda_test::random_tensor({dv}, DType::kF32, rng, 1.0f, 0.2f);
-  Tensor state = cuda_test::random_tensor({num_slots, hv, dk, dv}, DType::kF32, rng, 0.0f, 0.3f);
-  auto cols = [](const Tensor& t, int64_t begin, int64_t n) {
-    return t.slice(1, begin, begin + n);
-  };
-
-  // The CPU: the padding request runs on a spare slot; its outputs are zeros.
-  Tensor p32 = cuda_test::to_f32(proj);
-  Tensor g = Tensor::empty({tokens, hv}, DType::kF32),
-         beta = Tensor::empty({tokens, hv}, DType::kF32);
-  ASSERT_TRUE(cpu::gdn_gating(cols(p32, conv_dim + value_dim + hv, hv),
-                              cols(p32, conv_dim + value_dim, hv), A_log, dt_bias, g, beta)
-                  .is_ok());
-  Tensor state_ref = Tensor::empty({num_slots + 1, hv, dk, dv}, DType::kF32);
-  std::memcpy(state_ref.data_ptr(), state.data_ptr(), state.nbytes());
-  std::vector<int32_t> cpu_slots = slots;
-  cpu_slots[1] = static_cast<int32_t>(num_slots);
-  Tensor core = Tensor::empty({tokens, value_dim}, DType::kF32);
-  ASSERT_TRUE(cpu::gated_delta_rule(cols(p32, 0, key_dim), cols(p32, key_dim, key_dim),
-                                    cols(p32, 2 * key_dim, value_dim), g, beta,
-                                    cpu::GdnBatch{loc, cpu_slots}, cpu::GatedDeltaRuleParams{},
-                                    state_ref, core)
-                  .is_ok());
-  Tensor out_ref = Tensor::empty({tokens, value_dim}, DType::kF32);
-  ASSERT_TRUE(
-      cpu::gated_rms_norm(core, cols(p32, conv_dim, value_dim), norm, 1e-6f, out_ref).is_ok());
-  std::fill_n(out_ref.data<float>() + value_dim, value_dim, 0.0f);  // row 1: the padding request
-
-  Tensor loc_t = i32_tensor(loc), slots_t = i32_tensor(slots);
-  const cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), 1};
-  Tensor out = cuda_test::fill_nan({tokens, value_dim}, act);
-  const Tensor pd = as_cuda(proj);
-  const cuda::GdnDecodeGates gates{cols(pd, conv_dim + value_dim + hv, hv),
-                                   cols(pd, conv_dim + value_dim, hv),
-                                   as_cuda(A_log),
-                                   as_cuda(dt_bias),
-                                   cols(pd, conv_dim, value_dim),
-                                   as_cuda(norm),
-                                   1e-6f};
-  Tensor state_dev = as_cuda(state), out_dev = as_cuda(out);
-  const Status s = cuda::gdn_decode_core(cols(pd, 0, key_dim), cols(pd, key_dim, key_dim),
-                                         cols(pd, 2 * key_dim, value_dim), gates, batch,
-                                         cuda::GatedDeltaRuleParams{}, state_dev, out_dev, nullptr);
-  ASSERT_TRUE(s.is_ok()) << s.to_string();
-  const double tol = act == DType::kF32 ? 1e-5 : kTolerance;
-  EXPECT_TRUE(cuda_test::relative_l2(cuda_test::to_f32(out), out_ref, tol)) << "out";
-  EXPECT_TRUE(cuda_test::relative_l2(state, state_ref.slice(0, 0, num_slots).clone(), 1e-5))
-      << "state";
-}
-
-TEST(GdnEmulated, DecodeCoreMatchesCpuOps) {
-  std::mt19937 rng(23);
-  for (DType act : {DType::kF32, DType::kBF16}) {
-    run_decode_core(1, 2, 128, 128, act, rng);  // Qwen's heads, two value heads a key head
-    run_decode_core(1, 3, 72, 48, act, rng);    // Dk under the capacity, three warps a head
-  }
-}
-
-// What the fused kernel does not take is refused, naming why: a step with longer requests,
-// head dims outside the wide kernel's (Dk 64, Dv 256).
-TEST(GdnEmulated, DecodeCoreRefusesOtherSteps) {
-  auto call = [](int64_t dk, int64_t dv, int32_t max_len) {
-    Tensor proj = Tensor::empty({2, 2 * dk + 2 * dv + 2}, DType::kBF16);
-    Tensor state = Tensor::empty({2, 1, dk, dv}, DType::kF32);
-    Tensor params = Tensor::empty({1}, DType::kF32), norm = Tensor::empty({dv}, DType::kF32);
-    Tensor out = Tensor::empty({2, dv}, DType::kBF16);
-    Tensor loc = i32_tensor({0, 1, 2}), slots = i32_tensor({0, 1});
-    const Tensor pd = as_cuda(proj);
-    const cuda::GdnDecodeGates gates{pd.slice(1, 2 * dk + 2 * dv, 2 * dk + 2 * dv + 1),
-                                     pd.slice(1, 2 * dk + 2 * dv + 1, 2 * dk + 2 * dv + 2),
-                                     as_cuda(params),
-                                     as_cuda(params),
-                                     pd.slice(1, 2 * dk + dv, 2 * dk + 2 * dv),
-                                     as_cuda(norm),
-                                     1e-6f};
-    Tensor state_dev = as_cuda(state), out_dev = as_cuda(out);
-    return cuda::gdn_decode_core(pd.slice(1, 0, dk), pd.slice(1, dk, 2 * dk),
-                                 pd.slice(1, 2 * dk, 2 * dk + dv), gates,
-                                 cuda::GdnBatch{as_cuda(loc), as_cuda(slots), max_len},
-                                 cuda::GatedDeltaRuleParams{}, state_dev, out_dev, nullptr);
-  };
-  for (auto [dk, dv, max_len] : {std::tuple<int64_t, int64_t, int32_t>{128, 128, 2},
-                                 {64, 128, 1},
-                                 {128, 256, 1},
-                                 {128, 40, 1}}) {
-    const Status s = call(dk, dv, max_len);
-    EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << dk << " " << dv << " " << max_len;
-    EXPECT_NE(s.to_string().find("gdn_decode_core_fits"), std::string::npos) << s.to_string();
-  }
 }
 
 }  // namespace

@@ -17,7 +17,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_batch.cuh"
-#include "backend/cuda/gdn_gates.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -30,9 +29,15 @@ namespace {
 using detail::from_float;
 using detail::load_param;
 using detail::ParamVec;
+using detail::silu;
 using detail::to_float;
 
 constexpr int kThreads = 256;
+
+// torch.nn.functional.softplus with beta 1 and threshold 20.
+__device__ __forceinline__ float softplus(float v) {
+  return v > 20.0f ? v : log1pf(expf(v));
+}
 
 // ---- gdn_gating ------------------------------------------------------------------------
 
@@ -58,10 +63,11 @@ __global__ void __launch_bounds__(kThreads) gdn_gating_kernel(GatingParams<T> p)
        i += stride) {
     const int64_t t = i / p.heads;
     const int h = static_cast<int>(i % p.heads);
+    const float neg_a = -expf(load_param(p.A_log, h));
     const float a = to_float(p.a[t * p.a_stride + h]);
-    p.g[t * p.g_stride + h] =
-        detail::gdn_log_decay(load_param(p.A_log, h), load_param(p.dt_bias, h), a);
-    p.beta[t * p.beta_stride + h] = detail::gdn_beta(to_float(p.b[t * p.b_stride + h]));
+    p.g[t * p.g_stride + h] = neg_a * softplus(a + load_param(p.dt_bias, h));
+    const float b = to_float(p.b[t * p.b_stride + h]);
+    p.beta[t * p.beta_stride + h] = 1.0f / (1.0f + expf(-b));
   }
 }
 
@@ -98,10 +104,12 @@ __global__ void __launch_bounds__(kThreads) gated_rms_norm_kernel(GatedNormParam
     const float v = to_float(x[i]);
     sum_sq += v * v;
   }
-  const float inv_rms = detail::gated_norm_inv_rms(detail::warp_sum(sum_sq), p.dim, p.eps);
+  sum_sq = detail::warp_sum(sum_sq);
+  const float variance = sum_sq / static_cast<float>(p.dim);
+  const float inv_rms = 1.0f / sqrtf(variance + p.eps);
   for (int i = lane; i < p.dim; i += detail::kWarpSize) {
-    out[i] = from_float<T>(
-        detail::gated_norm_value(load_param(p.weight, i), to_float(x[i]), inv_rms, to_float(z[i])));
+    const float v = to_float(x[i]);
+    out[i] = from_float<T>((load_param(p.weight, i) * (v * inv_rms)) * silu(to_float(z[i])));
   }
 }
 

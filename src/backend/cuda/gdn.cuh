@@ -12,8 +12,8 @@
 // slot is outside [0, num_slots) -- padding rows use -1 -- reads and writes no state and gets
 // zero outputs; row bounds outside [0, T] are clamped. No batch value makes a kernel access
 // memory out of bounds. Outputs and states must not share memory with the inputs (refused),
-// except where an op says out may be x itself. Implementations: gdn_conv.cu, gdn_rule.cu (the
-// delta rule and the fused decode core), gdn.cu (the rest).
+// except where an op says out may be x itself. Implementations: gdn_conv.cu, gdn_rule.cu,
+// gdn.cu (the rest).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -72,30 +72,6 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& beta, const GdnBatch& batch,
                         const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,
                         cudaStream_t stream);
-
-// The inputs of gdn_decode_core besides the delta rule's: the gating's a, b [T, Hv] (row
-// strides allowed) and its A_log, dt_bias F32/BF16 [Hv]; the gated norm's z [T, Hv * Dv] (row
-// strides allowed), weight F32/BF16 [Dv] and eps.
-struct GdnDecodeGates {
-  Tensor a, b, A_log, dt_bias;
-  Tensor z, norm_weight;
-  float norm_eps = 1e-6f;
-};
-
-// Whether gdn_decode_core takes these arguments: F32 or BF16 activations, Dk in (64, 128] and
-// Dv a multiple of 16 up to 128 (the state's dims; Qwen3.5's are 128 x 128), and requests of
-// at most one row (batch.max_query_len <= 1: a decode step).
-bool gdn_decode_core_fits(const Tensor& q, const Tensor& state, const GdnBatch& batch);
-
-// gdn_gating of gates.a / gates.b, gated_delta_rule of q, k, v (without a workspace: no
-// request is long enough for the chunked form), then gated_rms_norm of its output by gates.z,
-// in one launch for a decode step; the results are those three ops' bit for bit. out
-// [T, Hv * Dv] in q's dtype, overlapping no input. kUnsupported where gdn_decode_core_fits()
-// says no; the other checks are gated_delta_rule's.
-Status gdn_decode_core(const Tensor& q, const Tensor& k, const Tensor& v,
-                       const GdnDecodeGates& gates, const GdnBatch& batch,
-                       const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,
-                       cudaStream_t stream);
 
 // out[t, h, :] = x / sqrt(mean(x^2) + eps) * weight * silu(z[t, h, :]) per head of
 // D = weight.size(0) values (cpu::gated_rms_norm). x, z [T, H * D] (row strides allowed);

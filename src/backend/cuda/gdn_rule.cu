@@ -56,7 +56,6 @@
 #include <cstdint>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
@@ -64,7 +63,6 @@
 #include "backend/cuda/gdn_chunk.cuh"
 #include "backend/cuda/gdn_chunk_prep.cuh"
 #include "backend/cuda/gdn_chunk_state.cuh"
-#include "backend/cuda/gdn_gates.cuh"
 #include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -81,9 +79,7 @@ using detail::pdl_wait;
 using detail::from_float;
 using detail::GdnBatchView;
 using detail::kWarpSize;
-using detail::load_param;
 using detail::load_state;
-using detail::ParamVec;
 using detail::StateType;
 using detail::store_state;
 using detail::to_float;
@@ -392,92 +388,6 @@ __device__ __forceinline__ void store_state4(void* base, int64_t i, float4 v, St
   *reinterpret_cast<uint2*>(static_cast<uint16_t*>(base) + i) = w;
 }
 
-// A lane's rows of its four columns of a wide kernel's state, from element `at` (rows dv
-// apart): the first own_rows are read into f32 registers (the rest are zeros), and written
-// back rounded to the storage type.
-template <int kRows>
-__device__ __forceinline__ void load_wide_state(const void* state, StateType type, int64_t at,
-                                                int64_t dv, int own_rows, float (&s)[kRows][4]) {
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const float4 v = i < own_rows ? load_state4(state, at + static_cast<int64_t>(i) * dv, type)
-                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    s[i][0] = v.x;
-    s[i][1] = v.y;
-    s[i][2] = v.z;
-    s[i][3] = v.w;
-  }
-}
-
-template <int kRows>
-__device__ __forceinline__ void store_wide_state(void* state, StateType type, int64_t at,
-                                                 int64_t dv, int own_rows,
-                                                 const float (&s)[kRows][4]) {
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    if (i < own_rows) {
-      store_state4(state, at + static_cast<int64_t>(i) * dv,
-                   make_float4(s[i][0], s[i][1], s[i][2], s[i][3]), type);
-    }
-  }
-}
-
-// Completes a column sum of the wide kernels over their 8 row groups.
-__device__ __forceinline__ float wide_row_group_sum(float v) {
-  v += __shfl_xor_sync(kFullMask, v, 4);
-  v += __shfl_xor_sync(kFullMask, v, 8);
-  v += __shfl_xor_sync(kFullMask, v, 16);
-  return v;
-}
-
-// One token of the wide kernels on a lane's kRows x kC block of the state: the decay, the
-// lane's part of mem = S^T k, delta = beta (v - mem), the rank-1 update and out = S^T q.
-// k4 / q4 are the lane's rows of the staged k and q; o gets the completed column sums (the
-// same in every row group).
-template <int kRows, int kC>
-__device__ __forceinline__ void wide_token_step(float (&s)[kRows][kC], const float4* k4,
-                                                const float4* q4, const float (&v)[kC], float g,
-                                                float beta, float (&o)[kC]) {
-  const float decay = expf(g);
-  float mem[kC] = {};
-#pragma unroll
-  for (int i = 0; i < kRows; i += 4) {
-    const float4 kv = k4[i / 4];
-    const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-#pragma unroll
-      for (int c = 0; c < kC; ++c) {
-        s[i + r][c] *= decay;
-        mem[c] = fmaf(s[i + r][c], kr[r], mem[c]);
-      }
-    }
-  }
-  float delta[kC];
-#pragma unroll
-  for (int c = 0; c < kC; ++c) delta[c] = (v[c] - wide_row_group_sum(mem[c])) * beta;
-
-#pragma unroll
-  for (int c = 0; c < kC; ++c) o[c] = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kRows; i += 4) {
-    const float4 kv = k4[i / 4];
-    const float4 qv = q4[i / 4];
-    const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
-    const float qr[4] = {qv.x, qv.y, qv.z, qv.w};
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-#pragma unroll
-      for (int c = 0; c < kC; ++c) {
-        s[i + r][c] = fmaf(kr[r], delta[c], s[i + r][c]);
-        o[c] = fmaf(s[i + r][c], qr[r], o[c]);
-      }
-    }
-  }
-#pragma unroll
-  for (int c = 0; c < kC; ++c) o[c] = wide_row_group_sum(o[c]);
-}
-
 // The wide kernel (see the top of the file); p.col_tiles = Dv / 16, wide_rule_fits(p.dk, p.dv).
 template <typename T>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
@@ -523,7 +433,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
           p.dv +
       col;
   float s[kRows][kC];
-  load_wide_state(p.state, p.state_type, state_at, p.dv, own_rows, s);
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const float4 v =
+        i < own_rows ? load_state4(p.state, state_at + static_cast<int64_t>(i) * p.dv, p.state_type)
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    s[i][0] = v.x;
+    s[i][1] = v.y;
+    s[i][2] = v.z;
+    s[i][3] = v.w;
+  }
 
   const int64_t qk_col = static_cast<int64_t>(key_head) * p.dk;
   TokenQk<T, kCap, kMinDk> qk(p.dk, lane);
@@ -538,6 +457,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   auto stage_token = [&](int buffer) {
     qk.stage(p, stage[warp][buffer][0], stage[warp][buffer][1], lane);
   };
+  // Completes a column sum over the 8 row groups.
+  auto row_group_sum = [](float v) {
+    v += __shfl_xor_sync(kFullMask, v, 4);
+    v += __shfl_xor_sync(kFullMask, v, 8);
+    v += __shfl_xor_sync(kFullMask, v, 16);
+    return v;
+  };
+
   load_token(rows.begin);
   stage_token(0);
   float v_cur[kC], g_cur = g_next, beta_cur = beta_next;
@@ -551,8 +478,43 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     const float4* k4 = reinterpret_cast<const float4*>(&stage[warp][buffer][0][first_row]);
     const float4* q4 = reinterpret_cast<const float4*>(&stage[warp][buffer][1][first_row]);
 
-    float o[kC];
-    wide_token_step(s, k4, q4, v_cur, g_cur, beta_cur, o);
+    const float decay = expf(g_cur);
+    float mem[kC] = {};
+#pragma unroll
+    for (int i = 0; i < kRows; i += 4) {
+      const float4 kv = k4[i / 4];
+      const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+          s[i + r][c] *= decay;
+          mem[c] = fmaf(s[i + r][c], kr[r], mem[c]);
+        }
+      }
+    }
+    float delta[kC];
+#pragma unroll
+    for (int c = 0; c < kC; ++c) delta[c] = (v_cur[c] - row_group_sum(mem[c])) * beta_cur;
+
+    float o[kC] = {};
+#pragma unroll
+    for (int i = 0; i < kRows; i += 4) {
+      const float4 kv = k4[i / 4];
+      const float4 qv = q4[i / 4];
+      const float kr[4] = {kv.x, kv.y, kv.z, kv.w};
+      const float qr[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+          s[i + r][c] = fmaf(kr[r], delta[c], s[i + r][c]);
+          o[c] = fmaf(s[i + r][c], qr[r], o[c]);
+        }
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kC; ++c) o[c] = row_group_sum(o[c]);
     if (writes_out) {
 #pragma unroll
       for (int c = 0; c < kC; ++c) p.out[t * p.out_stride + out_col + c] = from_float<T>(o[c]);
@@ -567,7 +529,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     beta_cur = beta_next;
   }
 
-  store_wide_state(p.state, p.state_type, state_at, p.dv, own_rows, s);
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    if (i < own_rows) {
+      store_state4(p.state, state_at + static_cast<int64_t>(i) * p.dv,
+                   make_float4(s[i][0], s[i][1], s[i][2], s[i][3]), p.state_type);
+    }
+  }
 }
 
 template <typename T>
@@ -590,154 +558,6 @@ Status launch_rule_wide(RuleParams<T> p, cudaStream_t stream) {
   detail::launch_pdl(gated_delta_rule_wide_kernel<T>, static_cast<unsigned>(blocks),
                      kWarpsPerBlock * kWarpSize, rule_smem_bytes<kWideCap>(), stream, p);
   return check_launch("gated_delta_rule_wide_kernel");
-#endif
-}
-
-// ---- The decode core: gating, the wide kernel's token and the gated norm in one block ----
-//
-// For batches whose requests have at most one row (decode), the three launches of gdn_gating,
-// the delta rule and gated_rms_norm become one: a block per (request, value head) whose
-// Dv / 16 warps are the wide kernel's warps of that head (a warp per 16 columns). Every lane
-// computes the head's g and beta itself (two loads, the gating's arithmetic); the warps run
-// the wide kernel's token on their columns, round their outputs to the activation dtype (as
-// the rule's output tensor would) and leave them in shared memory; warp 0 then sums their
-// squares in gated_rms_norm_kernel's order, and the block writes the normed, gated outputs.
-// So the results are the three kernels' bit for bit. A padding request (slot -1) touches no
-// state and normalises zeros, as the three kernels do with the rule's zero rows.
-constexpr int kDecodeMaxDv = 128;  // 8 warps: two blocks of them fit an SM's registers
-constexpr int kDecodeMaxWarps = kDecodeMaxDv / kWideColsPerWarp;
-
-template <typename T>
-struct DecodeCoreParams {
-  RuleParams<T> rule;  // g and beta unused: computed from a and b
-  const T* a;          // [T, Hv], row stride a_stride
-  const T* b;          // [T, Hv]
-  const T* z;          // [T, Hv * Dv]
-  int64_t a_stride, b_stride, z_stride;
-  ParamVec A_log, dt_bias;  // [Hv]
-  ParamVec norm_weight;     // [Dv]
-  float norm_eps;
-};
-
-// The staging of each warp's k and q, then the head's Dv outputs and 1 / rms.
-constexpr size_t decode_core_smem_bytes(int warps, int dv) {
-  return sizeof(float) * (static_cast<size_t>(warps) * 2 * kWideCap + dv + 1);
-}
-
-#if defined(VLLM_CUDA_EMULATION)
-static_assert(decode_core_smem_bytes(kDecodeMaxWarps, kDecodeMaxDv) <= sizeof(gdn_rule_smem));
-#endif
-
-template <typename T>
-__global__ void __launch_bounds__(kDecodeMaxWarps* kWarpSize, 2)
-    gdn_decode_core_kernel(DecodeCoreParams<T> dp) {
-  pdl_wait();
-  pdl_launch_next();
-  const RuleParams<T>& p = dp.rule;
-  constexpr int kCap = kWideCap;
-  constexpr int kRows = kCap / kWideRowGroups;
-  constexpr int kMinDk = kCap / 2 + 1;
-  constexpr int kC = kWideColsPerLane;
-#if defined(VLLM_CUDA_EMULATION)
-  float* smem = reinterpret_cast<float*>(gdn_rule_smem);
-#else
-  extern __shared__ __align__(16) float rule_smem[];
-  float* smem = rule_smem;
-#endif
-  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  float* stage_k = smem + warp * 2 * kCap;
-  float* stage_q = stage_k + kCap;
-  float* head_out = smem + warps * 2 * kCap;  // [Dv]
-  float* inv_rms_slot = head_out + p.dv;
-
-  // The returns below are uniform across the block (they depend on blockIdx only).
-  const int request = static_cast<int>(blockIdx.x / p.value_heads);
-  const int head = static_cast<int>(blockIdx.x % p.value_heads);
-  if (request >= p.batch.num_requests) return;
-  const detail::RequestRows rows = detail::request_rows(p.batch, request);
-  if (rows.begin == rows.end) return;
-  const int t = rows.begin;  // the request's row (the launcher takes one-row requests only)
-  const int row_group = lane / (kWarpSize / kWideRowGroups);
-  const int col = warp * kWideColsPerWarp + (lane % (kWarpSize / kWideRowGroups)) * kC;
-  const int64_t out_col = static_cast<int64_t>(head) * p.dv + col;
-
-  // Every load is issued before any arithmetic waits on one (none depends on another), so
-  // their round trips overlap: this thread's output element's z and norm weight, then the
-  // gating inputs, the state, k, q and v.
-  const int tid = static_cast<int>(threadIdx.x);  // blockDim.x = 2 Dv: one output a thread
-  const int64_t head_col = static_cast<int64_t>(head) * p.dv;
-  const bool writes_out = tid < p.dv;
-  float z_own = 0.0f, weight_own = 0.0f;
-  if (writes_out) {
-    z_own = to_float(dp.z[t * dp.z_stride + head_col + tid]);
-    weight_own = load_param(dp.norm_weight, tid);
-  }
-  float o[kC] = {};
-  if (rows.slot >= 0) {
-    const float a = to_float(dp.a[t * dp.a_stride + head]);
-    const float b = to_float(dp.b[t * dp.b_stride + head]);
-    const float A_log = load_param(dp.A_log, head), dt_bias = load_param(dp.dt_bias, head);
-    const int first_row = row_group * kRows;
-    const int own_rows = min(max(p.dk - first_row, 0), kRows);
-    const int64_t state_at =
-        ((static_cast<int64_t>(rows.slot) * p.value_heads + head) * p.dk + min(first_row, p.dk)) *
-            p.dv +
-        col;
-    float s[kRows][kC];
-    load_wide_state(p.state, p.state_type, state_at, p.dv, own_rows, s);
-    TokenQk<T, kCap, kMinDk> qk(p.dk, lane);
-    qk.load(p, t, static_cast<int64_t>(head / p.group) * p.dk, lane);
-    float v[kC];
-#pragma unroll
-    for (int c = 0; c < kC; ++c) v[c] = to_float(p.v[t * p.v_stride + out_col + c]);
-    const float g = detail::gdn_log_decay(A_log, dt_bias, a);
-    const float beta = detail::gdn_beta(b);
-    qk.stage(p, stage_k, stage_q, lane);
-    __syncwarp();
-    wide_token_step(s, reinterpret_cast<const float4*>(stage_k + first_row),
-                    reinterpret_cast<const float4*>(stage_q + first_row), v, g, beta, o);
-    store_wide_state(p.state, p.state_type, state_at, p.dv, own_rows, s);
-  }
-  if (row_group == 0) {
-#pragma unroll
-    for (int c = 0; c < kC; ++c) head_out[col + c] = to_float(from_float<T>(o[c]));
-  }
-  __syncthreads();
-  if (warp == 0) {  // gated_rms_norm_kernel's sum: lane l takes l, l + 32, ...
-    float sum_sq = 0.0f;
-    for (int i = lane; i < p.dv; i += kWarpSize) sum_sq += head_out[i] * head_out[i];
-    const float inv_rms = detail::gated_norm_inv_rms(detail::warp_sum(sum_sq), p.dv, dp.norm_eps);
-    if (lane == 0) *inv_rms_slot = inv_rms;
-  }
-  __syncthreads();
-  if (writes_out) {
-    p.out[t * p.out_stride + head_col + tid] =
-        from_float<T>(detail::gated_norm_value(weight_own, head_out[tid], *inv_rms_slot, z_own));
-  }
-}
-
-template <typename T>
-Status launch_decode_core(const DecodeCoreParams<T>& dp, cudaStream_t stream) {
-  const RuleParams<T>& p = dp.rule;
-  VLLM_CHECK(wide_rule_fits(p.dk, p.dv) && p.dv <= kDecodeMaxDv);
-  const int warps = p.dv / kWideColsPerWarp;
-  const int64_t blocks = static_cast<int64_t>(p.batch.num_requests) * p.value_heads;
-  if (blocks > INT_MAX) {
-    return make_error(ErrorCode::kUnsupported,
-                      "cuda::gdn_decode_core: {} requests x {} heads exceed the grid limit",
-                      p.batch.num_requests, p.value_heads);
-  }
-  const size_t smem = decode_core_smem_bytes(warps, p.dv);
-#if defined(VLLM_CUDA_EMULATION)
-  (void)stream;
-  emu::launch(dim3(static_cast<unsigned>(blocks)), static_cast<unsigned>(warps * kWarpSize),
-              gdn_rule_smem, smem, [&] { gdn_decode_core_kernel<T>(dp); });
-  return Status::ok();
-#else
-  detail::launch_pdl(gdn_decode_core_kernel<T>, static_cast<unsigned>(blocks), warps * kWarpSize,
-                     smem, stream, dp);
-  return check_launch("gdn_decode_core_kernel");
 #endif
 }
 
@@ -861,22 +681,11 @@ size_t gated_delta_rule_workspace_size(const Tensor& q, const Tensor& state, con
   return plan.chunked ? plan.layout.bytes : 0;
 }
 
-namespace {
-
-// The checked operands of gated_delta_rule and gdn_decode_core.
-struct RuleOperands {
-  detail::Rows q, k, v, g, beta, out;  // g and beta: gated_delta_rule's only
-  detail::GdnBatchView view;
-  int64_t tokens = 0, hk = 0, hv = 0, dk = 0, dv = 0;
-};
-
-// The checks both ops make of q, k, v, the state and out, and of g and beta when given.
-// Outputs may overlap no input: other warps still read q, k, v (g, beta) and the state while
-// one writes out.
-Expected<RuleOperands> check_rule_operands(std::string_view kOp, const Tensor& q, const Tensor& k,
-                                           const Tensor& v, const Tensor* g, const Tensor* beta,
-                                           const GdnBatch& batch, const Tensor& state,
-                                           const Tensor& out) {
+Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, const GdnBatch& batch,
+                        const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,
+                        cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::gated_delta_rule";
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "q", q, {DType::kF32, DType::kBF16}));
   VLLM_RETURN_IF_ERROR(
       detail::check_cuda_tensor(kOp, "state", state, {DType::kF32, DType::kBF16, DType::kF16}));
@@ -887,27 +696,23 @@ Expected<RuleOperands> check_rule_operands(std::string_view kOp, const Tensor& q
                       "{}: state {} must be [num_slots, value heads, Dk, Dv]", kOp,
                       state.to_string());
   }
-  RuleOperands o;
-  const int64_t num_slots = state.size(0);
-  o.hv = state.size(1);
-  o.dk = state.size(2);
-  o.dv = state.size(3);
-  if (q.ndim() != 2 || o.dk == 0 || q.size(1) == 0 || q.size(1) % o.dk != 0) {
+  const int64_t num_slots = state.size(0), hv = state.size(1), dk = state.size(2),
+                dv = state.size(3);
+  if (q.ndim() != 2 || dk == 0 || q.size(1) == 0 || q.size(1) % dk != 0) {
     return make_error(ErrorCode::kInvalidArgument,
                       "{}: q {} must be [tokens, key heads * {}] (Dk of state {})", kOp,
-                      q.to_string(), o.dk, shape_to_string(state.shape()));
+                      q.to_string(), dk, shape_to_string(state.shape()));
   }
-  o.tokens = q.size(0);
-  o.hk = q.size(1) / o.dk;
-  if (o.hv == 0 || o.hv % o.hk != 0) {
+  const int64_t tokens = q.size(0), hk = q.size(1) / dk;
+  if (hv == 0 || hv % hk != 0) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "{}: {} value heads (state) are not a multiple of {} key heads (q)", kOp,
-                      o.hv, o.hk);
+                      "{}: {} value heads (state) are not a multiple of {} key heads (q)", kOp, hv,
+                      hk);
   }
-  if (o.dk > kMaxKeyDim) {
+  if (dk > kMaxKeyDim) {
     return make_error(ErrorCode::kUnsupported,
-                      "{}: key head dim {} exceeds the {} this kernel holds in registers", kOp,
-                      o.dk, kMaxKeyDim);
+                      "{}: key head dim {} exceeds the {} this kernel holds in registers", kOp, dk,
+                      kMaxKeyDim);
   }
   struct Expect {
     std::string_view name;
@@ -915,11 +720,11 @@ Expected<RuleOperands> check_rule_operands(std::string_view kOp, const Tensor& q
     Shape shape;
     bool activation;  // q's dtype, else F32
   };
-  std::vector<Expect> expects = {{"k", &k, q.shape(), true},
-                                 {"v", &v, {o.tokens, o.hv * o.dv}, true},
-                                 {"out", &out, {o.tokens, o.hv * o.dv}, true}};
-  if (g != nullptr) expects.push_back({"g", g, {o.tokens, o.hv}, false});
-  if (beta != nullptr) expects.push_back({"beta", beta, {o.tokens, o.hv}, false});
+  const Expect expects[] = {{"k", &k, q.shape(), true},
+                            {"v", &v, {tokens, hv * dv}, true},
+                            {"g", &g, {tokens, hv}, false},
+                            {"beta", &beta, {tokens, hv}, false},
+                            {"out", &out, {tokens, hv * dv}, true}};
   for (const Expect& e : expects) {
     VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, e.name, *e.t));
     VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, e.name, *e.t, q));
@@ -933,84 +738,68 @@ Expected<RuleOperands> check_rule_operands(std::string_view kOp, const Tensor& q
                         e.t->to_string(), shape_to_string(e.shape));
     }
   }
-  VLLM_ASSIGN_OR_RETURN(o.q, detail::as_rows(kOp, "q", q));
-  VLLM_ASSIGN_OR_RETURN(o.k, detail::as_rows(kOp, "k", k));
-  VLLM_ASSIGN_OR_RETURN(o.v, detail::as_rows(kOp, "v", v));
-  VLLM_ASSIGN_OR_RETURN(o.out, detail::as_rows(kOp, "out", out));
-  if (g != nullptr) {
-    VLLM_ASSIGN_OR_RETURN(o.g, detail::as_rows(kOp, "g", *g));
-  }
-  if (beta != nullptr) {
-    VLLM_ASSIGN_OR_RETURN(o.beta, detail::as_rows(kOp, "beta", *beta));
-  }
+  VLLM_ASSIGN_OR_RETURN(detail::Rows q_rows, detail::as_rows(kOp, "q", q));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows k_rows, detail::as_rows(kOp, "k", k));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows v_rows, detail::as_rows(kOp, "v", v));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows g_rows, detail::as_rows(kOp, "g", g));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows beta_rows, detail::as_rows(kOp, "beta", beta));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows out_rows, detail::as_rows(kOp, "out", out));
   VLLM_ASSIGN_OR_RETURN(detail::Rows state_rows, detail::as_rows(kOp, "state", state));
-  std::vector<std::pair<std::string_view, const detail::Rows*>> inputs = {
-      {"q", &o.q}, {"k", &o.k}, {"v", &o.v}};
-  if (g != nullptr) inputs.push_back({"g", &o.g});
-  if (beta != nullptr) inputs.push_back({"beta", &o.beta});
+  // Other warps still read q, k, v, g and beta (and the state) while one writes out.
+  const std::pair<std::string_view, const detail::Rows*> inputs[] = {
+      {"q", &q_rows}, {"k", &k_rows}, {"v", &v_rows}, {"g", &g_rows}, {"beta", &beta_rows}};
   for (const auto& [name, rows] : inputs) {
     const size_t size = name == "g" || name == "beta" ? sizeof(float) : q.element_size();
     VLLM_RETURN_IF_ERROR(
-        detail::check_no_overlap(kOp, "out", o.out, out.element_size(), name, *rows, size));
+        detail::check_no_overlap(kOp, "out", out_rows, out.element_size(), name, *rows, size));
     VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "state", state_rows, state.element_size(),
                                                   name, *rows, size));
   }
   VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "state", state_rows, state.element_size(),
-                                                "out", o.out, out.element_size()));
-  VLLM_ASSIGN_OR_RETURN(o.view, detail::check_gdn_batch(kOp, batch, q, o.tokens, num_slots));
-  if (o.hv > INT_MAX / 2 || o.dv > INT_MAX / 2) {
+                                                "out", out_rows, out.element_size()));
+  VLLM_ASSIGN_OR_RETURN(detail::GdnBatchView view,
+                        detail::check_gdn_batch(kOp, batch, q, tokens, num_slots));
+  if (hv > INT_MAX / 2 || dv > INT_MAX / 2) {
     return make_error(ErrorCode::kUnsupported, "{}: {} value heads of {} values are too many", kOp,
-                      o.hv, o.dv);
+                      hv, dv);
   }
-  return o;
-}
-
-// The fields the token-by-token RuleParams<T>, the chunked ChunkRuleParams and the decode
-// core's rule share.
-template <typename T, typename P>
-void fill_rule(P& p, const RuleOperands& o, Tensor& state, const GatedDeltaRuleParams& params) {
-  p.q = static_cast<const T*>(o.q.data);
-  p.k = static_cast<const T*>(o.k.data);
-  p.v = static_cast<const T*>(o.v.data);
-  p.g = static_cast<const float*>(o.g.data);
-  p.beta = static_cast<const float*>(o.beta.data);
-  p.out = static_cast<T*>(o.out.data);
-  p.state = state.data_ptr();
-  p.state_type = detail::state_type(state.dtype());
-  p.batch = o.view;
-  p.q_stride = o.q.row_stride;
-  p.k_stride = o.k.row_stride;
-  p.v_stride = o.v.row_stride;
-  p.g_stride = o.g.row_stride;
-  p.beta_stride = o.beta.row_stride;
-  p.out_stride = o.out.row_stride;
-  p.value_heads = static_cast<int>(o.hv);
-  p.group = static_cast<int>(o.hv / o.hk);
-  p.dk = static_cast<int>(o.dk);
-  p.dv = static_cast<int>(o.dv);
-  p.scale = params.scale != 0.0f ? params.scale
-                                 : static_cast<float>(1.0 / std::sqrt(static_cast<double>(o.dk)));
-  p.l2norm_eps = params.l2norm_eps;
-  p.use_l2norm = params.use_qk_l2norm;
-}
-
-}  // namespace
-
-Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                        const Tensor& beta, const GdnBatch& batch,
-                        const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,
-                        cudaStream_t stream) {
-  constexpr std::string_view kOp = "cuda::gated_delta_rule";
-  VLLM_ASSIGN_OR_RETURN(const RuleOperands o,
-                        check_rule_operands(kOp, q, k, v, &g, &beta, batch, state, out));
-  const int64_t tokens = o.tokens, dk = o.dk, dv = o.dv;
-  if (tokens == 0 || dv == 0 || o.view.num_requests == 0) return Status::ok();
+  if (tokens == 0 || dv == 0 || view.num_requests == 0) return Status::ok();
 
   DeviceGuard guard(q.device());
   VLLM_RETURN_IF_ERROR(guard.status());
+  const float scale = params.scale != 0.0f
+                          ? params.scale
+                          : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  // The fields both forms' parameters share (the token-by-token RuleParams<T>, the chunked
+  // ChunkRuleParams).
+  auto fill_common = [&](auto& p, auto type_tag) {
+    using T = decltype(type_tag);
+    p.q = static_cast<const T*>(q_rows.data);
+    p.k = static_cast<const T*>(k_rows.data);
+    p.v = static_cast<const T*>(v_rows.data);
+    p.g = static_cast<const float*>(g_rows.data);
+    p.beta = static_cast<const float*>(beta_rows.data);
+    p.out = static_cast<T*>(out_rows.data);
+    p.state = state.data_ptr();
+    p.state_type = detail::state_type(state.dtype());
+    p.batch = view;
+    p.q_stride = q_rows.row_stride;
+    p.k_stride = k_rows.row_stride;
+    p.v_stride = v_rows.row_stride;
+    p.g_stride = g_rows.row_stride;
+    p.beta_stride = beta_rows.row_stride;
+    p.out_stride = out_rows.row_stride;
+    p.value_heads = static_cast<int>(hv);
+    p.group = static_cast<int>(hv / hk);
+    p.dk = static_cast<int>(dk);
+    p.dv = static_cast<int>(dv);
+    p.scale = scale;
+    p.l2norm_eps = params.l2norm_eps;
+    p.use_l2norm = params.use_qk_l2norm;
+  };
   // BF16 requests of chunked_min_rows rows or more take the chunked form, when the batch may
   // hold one.
-  const ChunkPlan plan = plan_chunked(q.dtype(), tokens, o.view.num_requests, o.hk, o.hv, dk, dv,
+  const ChunkPlan plan = plan_chunked(q.dtype(), tokens, view.num_requests, hk, hv, dk, dv,
                                       batch.max_query_len, params);
   if (plan.chunked) {
     const Tensor& ws = params.workspace;
@@ -1028,112 +817,26 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
     }
     using T = __nv_bfloat16;
     detail::ChunkRuleParams p{};
-    fill_rule<T>(p, o, state, params);
+    fill_common(p, T{});
     const int slices = static_cast<int>(detail::ceil_div(dv, detail::kChunkSlice));
     p.ws = detail::carve_chunk_workspace(const_cast<void*>(ws.data_ptr()), plan.layout,
                                          static_cast<int>(plan.max_chunks),
                                          slices * detail::kChunkSlice);
-    p.key_heads = static_cast<int>(o.hk);
+    p.key_heads = static_cast<int>(hk);
     p.slices = slices;
     p.min_rows = plan.min_rows;
-    p.qk_vec = dk % 8 == 0 && detail::rows_aligned(o.q, sizeof(T), 16) &&
-               detail::rows_aligned(o.k, sizeof(T), 16);
-    p.v_vec = dv % 8 == 0 && detail::rows_aligned(o.v, sizeof(T), 16);
+    p.qk_vec = dk % 8 == 0 && detail::rows_aligned(q_rows, sizeof(T), 16) &&
+               detail::rows_aligned(k_rows, sizeof(T), 16);
+    p.v_vec = dv % 8 == 0 && detail::rows_aligned(v_rows, sizeof(T), 16);
     VLLM_RETURN_IF_ERROR(launch_chunked(p, stream));
   }
   auto run = [&](auto type_tag) {
     using T = decltype(type_tag);
     RuleParams<T> p{};
-    fill_rule<T>(p, o, state, params);
+    fill_common(p, T{});
     p.col_tiles = static_cast<int>(detail::ceil_div(dv, kColsPerWarp));
     p.chunked_min_rows = plan.chunked ? plan.min_rows : INT_MAX;
     return dispatch_rule<T>(p, stream);
-  };
-  if (q.dtype() == DType::kF32) return run(float{});
-  return run(__nv_bfloat16{});
-}
-
-bool gdn_decode_core_fits(const Tensor& q, const Tensor& state, const GdnBatch& batch) {
-  return q.defined() && (q.dtype() == DType::kBF16 || q.dtype() == DType::kF32) &&
-         state.defined() && state.ndim() == 4 && wide_rule_fits(state.size(2), state.size(3)) &&
-         state.size(3) <= kDecodeMaxDv && batch.max_query_len <= 1;
-}
-
-Status gdn_decode_core(const Tensor& q, const Tensor& k, const Tensor& v,
-                       const GdnDecodeGates& gates, const GdnBatch& batch,
-                       const GatedDeltaRuleParams& params, Tensor& state, Tensor& out,
-                       cudaStream_t stream) {
-  constexpr std::string_view kOp = "cuda::gdn_decode_core";
-  VLLM_ASSIGN_OR_RETURN(const RuleOperands o,
-                        check_rule_operands(kOp, q, k, v, nullptr, nullptr, batch, state, out));
-  if (!gdn_decode_core_fits(q, state, batch)) {
-    return make_error(ErrorCode::kUnsupported,
-                      "{}: Dk {} / Dv {} with requests of up to {} rows is not a shape the fused "
-                      "decode kernel takes (gdn_decode_core_fits: Dk in (64, 128], Dv a "
-                      "multiple of 16 up to {}, one row a request)",
-                      kOp, o.dk, o.dv, batch.max_query_len, kDecodeMaxDv);
-  }
-  struct Expect {
-    std::string_view name;
-    const Tensor* t;
-    Shape shape;
-  };
-  const Expect acts[] = {{"a", &gates.a, {o.tokens, o.hv}},
-                         {"b", &gates.b, {o.tokens, o.hv}},
-                         {"z", &gates.z, {o.tokens, o.hv * o.dv}}};
-  for (const Expect& e : acts) {
-    VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, e.name, *e.t));
-    VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, e.name, *e.t, q));
-    VLLM_RETURN_IF_ERROR(detail::check_same_dtype(kOp, e.name, *e.t, q));
-    if (e.t->shape() != e.shape) {
-      return make_error(ErrorCode::kInvalidArgument, "{}: {} {} must be {}", kOp, e.name,
-                        e.t->to_string(), shape_to_string(e.shape));
-    }
-  }
-  const Expect params_of[] = {{"A_log", &gates.A_log, {o.hv}},
-                              {"dt_bias", &gates.dt_bias, {o.hv}},
-                              {"norm_weight", &gates.norm_weight, {o.dv}}};
-  for (const Expect& e : params_of) {
-    VLLM_RETURN_IF_ERROR(detail::check_param(kOp, e.name, *e.t));
-    VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, e.name, *e.t, q));
-    if (e.t->shape() != e.shape) {
-      return make_error(ErrorCode::kInvalidArgument, "{}: {} {} must be {}", kOp, e.name,
-                        e.t->to_string(), shape_to_string(e.shape));
-    }
-  }
-  VLLM_ASSIGN_OR_RETURN(detail::Rows a_rows, detail::as_rows(kOp, "a", gates.a));
-  VLLM_ASSIGN_OR_RETURN(detail::Rows b_rows, detail::as_rows(kOp, "b", gates.b));
-  VLLM_ASSIGN_OR_RETURN(detail::Rows z_rows, detail::as_rows(kOp, "z", gates.z));
-  VLLM_ASSIGN_OR_RETURN(detail::Rows state_rows, detail::as_rows(kOp, "state", state));
-  const size_t size = q.element_size();
-  for (auto [name, rows] : {std::pair<std::string_view, const detail::Rows*>{"a", &a_rows},
-                            {"b", &b_rows},
-                            {"z", &z_rows}}) {
-    VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", o.out, size, name, *rows, size));
-    VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "state", state_rows, state.element_size(),
-                                                  name, *rows, size));
-  }
-  if (o.tokens == 0 || o.dv == 0 || o.view.num_requests == 0) return Status::ok();
-
-  DeviceGuard guard(q.device());
-  VLLM_RETURN_IF_ERROR(guard.status());
-  auto run = [&](auto type_tag) {
-    using T = decltype(type_tag);
-    DecodeCoreParams<T> dp{};
-    fill_rule<T>(dp.rule, o, state, params);
-    dp.rule.col_tiles = static_cast<int>(o.dv / kWideColsPerWarp);
-    dp.rule.chunked_min_rows = INT_MAX;
-    dp.a = static_cast<const T*>(a_rows.data);
-    dp.b = static_cast<const T*>(b_rows.data);
-    dp.z = static_cast<const T*>(z_rows.data);
-    dp.a_stride = a_rows.row_stride;
-    dp.b_stride = b_rows.row_stride;
-    dp.z_stride = z_rows.row_stride;
-    dp.A_log = detail::as_param(gates.A_log);
-    dp.dt_bias = detail::as_param(gates.dt_bias);
-    dp.norm_weight = detail::as_param(gates.norm_weight);
-    dp.norm_eps = gates.norm_eps;
-    return launch_decode_core<T>(dp, stream);
   };
   if (q.dtype() == DType::kF32) return run(float{});
   return run(__nv_bfloat16{});
