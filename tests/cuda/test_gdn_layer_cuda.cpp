@@ -2,9 +2,12 @@
 // norm over the column slices of one projection), against the same four CPU ops, and a
 // prefill split over several calls against one call: the conv and recurrent states a chunk
 // leaves in its slot must let the next chunk continue exactly. Covers Qwen3.5-4B's shapes and
-// the small and odd head sizes of the golden test checkpoints. Skipped without a GPU.
+// the small and odd head sizes of the golden test checkpoints; and the GdnLayer's fused input
+// norm where b | a are a weight apart (FP8 files), bit for bit against the norm run first.
+// Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -14,6 +17,12 @@
 #include "backend/cuda/gdn.cuh"
 #include "cuda_test_util.h"
 #include "gdn_cuda_test_util.h"
+#include "model/forward_batch.h"
+#include "model/layers/gdn.h"
+#include "model/step_inputs.h"
+#include "model/weights.h"
+#include "ops/exec_context.h"
+#include "ops/ops.h"
 
 namespace vllm {
 namespace {
@@ -222,6 +231,92 @@ TEST_F(GdnLayerCuda, LayerInChunksMatchesOneCallAndCpuOddHeadDims) {
   };
   for (const LayerCase& c : cases) {
     for (DType act : kActs) check_layer_in_chunks(c, act, rng_);
+  }
+}
+
+// ---- GdnLayer's fused input norm with b | a apart ------------------------------------------
+
+// The bytes of a contiguous device tensor.
+std::vector<uint8_t> device_bytes(const Tensor& gpu) {
+  const Tensor host = cuda::copy_to_host(gpu).value();
+  const auto* p = static_cast<const uint8_t*>(host.data_ptr());
+  return std::vector<uint8_t>(p, p + host.nbytes());
+}
+
+// A layer as Qwen's FP8 files make it -- q | k | v | z block-scaled FP8, in_proj_b / in_proj_a
+// BF16 beside it -- at the 35B-A3B's GDN shapes, one decode row. forward_add_norm (the residual
+// add and input norm inside the q | k | v | z product, which stores the normed row for the
+// b | a product) against fused_add_rms_norm then forward, the decoder's two ways: the output,
+// the new residual and both state slots equal bit for bit.
+TEST_F(GdnLayerCuda, FusedInputNormWithBaApartEqualsNormThenForward) {
+  auto rt = DeviceRuntime::create(Device::cuda(), DType::kBF16);
+  ASSERT_TRUE(rt.has_value()) << rt.status().to_string();
+  const ExecContext& ctx = (*rt)->context();
+  GdnSpec spec;
+  spec.hidden_size = 2048;
+  spec.num_key_heads = 16;
+  spec.num_value_heads = 32;
+  spec.key_head_dim = 128;
+  spec.value_head_dim = 128;
+  spec.conv_kernel = 4;
+  DummyWeights weights(ctx, 3, WeightBlock{128, 128},
+                       {"linear_attn.in_proj_b", "linear_attn.in_proj_a"});
+  GdnLayer layer;
+  GDN_ASSERT_OK(layer.load(weights, "linear_attn.", spec, ctx));
+  ASSERT_TRUE(layer.in_proj().is_fp8());
+  ASSERT_TRUE(layer.in_proj_ba().defined());
+  ASSERT_FALSE(layer.in_proj_ba().is_fp8());
+
+  // One request at position 4 on state slot 1 of 2.
+  ForwardBatch fb;
+  fb.token_ids = Tensor::empty({1}, DType::kI64);
+  fb.token_ids.data<int64_t>()[0] = 0;
+  fb.positions = Tensor::empty({1}, DType::kI64);
+  fb.positions.data<int64_t>()[0] = 4;
+  fb.slot_mapping = Tensor::empty({1}, DType::kI64);
+  fb.slot_mapping.data<int64_t>()[0] = 4;
+  fb.block_tables = Tensor::empty({1, 1}, DType::kI32);
+  fb.block_tables.data<int32_t>()[0] = 0;
+  fb.query_start_loc = {0, 1};
+  fb.seq_lens = {5};
+  fb.state_indices = {1};
+  fb.logits_indices = {0};
+  auto in = prepare_step(ctx, fb, 2);
+  ASSERT_TRUE(in.has_value()) << in.status().to_string();
+
+  const int64_t hidden = spec.hidden_size;
+  const Tensor x_host = random_tensor({1, hidden}, DType::kBF16, rng_, 0.0f, 1.0f);
+  const Tensor residual_host = random_tensor({1, hidden}, DType::kF32, rng_, 0.0f, 1.0f);
+  const Tensor norm_w = dev(random_tensor({hidden}, DType::kBF16, rng_, 0.0f, 0.1f));
+  const Tensor conv0 =
+      random_tensor({2, spec.conv_dim(), spec.conv_kernel - 1}, DType::kF32, rng_, 0.0f, 0.5f);
+  const Tensor ssm0 =
+      random_tensor({2, spec.num_value_heads, spec.key_head_dim, spec.value_head_dim}, DType::kF32,
+                    rng_, 0.0f, 0.1f);
+  const Tensor x = dev(x_host), residual = dev(residual_host);
+  ASSERT_TRUE(layer.fuses_norm(ctx, x, norm_w));
+
+  Tensor conv_fused = dev(conv0), ssm_fused = dev(ssm0);
+  Tensor residual_out = dev(fill_nan({1, hidden}, DType::kF32));
+  Tensor out_fused = dev(fill_nan({1, hidden}, DType::kBF16));
+  GDN_ASSERT_OK(layer.forward_add_norm(
+      ctx, ops::AddRmsNorm{x, residual, residual_out, norm_w, kNormEps, true}, *in, conv_fused,
+      ssm_fused, out_fused));
+
+  Tensor h = dev(x_host), residual_apart = dev(residual_host);
+  GDN_ASSERT_OK(ops::fused_add_rms_norm(ctx, h, residual_apart, norm_w, kNormEps, true));
+  Tensor conv_apart = dev(conv0), ssm_apart = dev(ssm0);
+  Tensor out_apart = dev(fill_nan({1, hidden}, DType::kBF16));
+  GDN_ASSERT_OK(layer.forward(ctx, h, *in, conv_apart, ssm_apart, out_apart));
+  GDN_ASSERT_OK((*rt)->synchronize());
+
+  EXPECT_EQ(device_bytes(out_fused), device_bytes(out_apart)) << "out";
+  EXPECT_EQ(device_bytes(residual_out), device_bytes(residual_apart)) << "residual";
+  EXPECT_EQ(device_bytes(conv_fused), device_bytes(conv_apart)) << "conv state";
+  EXPECT_EQ(device_bytes(ssm_fused), device_bytes(ssm_apart)) << "recurrent state";
+  const Tensor out_host = host_f32(out_fused);
+  for (int64_t i = 0; i < out_host.numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(out_host.data<float>()[i])) << i;
   }
 }
 

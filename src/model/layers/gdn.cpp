@@ -146,15 +146,31 @@ Status GdnLayer::forward(const ExecContext& ctx, const Tensor& x, const StepInpu
 
 bool GdnLayer::fuses_norm(const ExecContext& ctx, const Tensor& x,
                           const Tensor& norm_weight) const {
-  return !in_proj_ba_.defined() && ops::add_rms_norm_linear_fits(ctx, x, norm_weight, in_proj_);
+  return ops::add_rms_norm_linear_fits(ctx, x, norm_weight, in_proj_);
 }
 
 Status GdnLayer::forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm,
                                   const StepInputs& in, Tensor& conv_state, Tensor& ssm_state,
                                   Tensor& out) const {
-  // One fused weight (fuses_norm): its rows are the whole projection.
-  VLLM_ASSIGN_OR_RETURN(Tensor proj, ctx.act({norm.x.size(0), in_proj_.size(0)}));
-  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, in_proj_, proj));
+  if (!in_proj_ba_.defined()) {  // one weight: its rows are the whole projection
+    VLLM_ASSIGN_OR_RETURN(Tensor proj, ctx.act({norm.x.size(0), in_proj_.size(0)}));
+    VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm, in_proj_, proj));
+    return mix(ctx, proj, in, conv_state, ssm_state, out);
+  }
+  // Two weights (FP8 checkpoints keep b / a in BF16): the q | k | v | z product takes in the
+  // add and the norm and stores the normed rows, which the b | a product reads.
+  const GdnSpec& s = spec_;
+  const int64_t tokens = norm.x.size(0), hv = s.num_value_heads;
+  const int64_t qkvz_cols = s.conv_dim() + s.value_dim();
+  VLLM_ASSIGN_OR_RETURN(Tensor proj, ctx.act({tokens, qkvz_cols + 2 * hv}));
+  VLLM_ASSIGN_OR_RETURN(Tensor normed, ctx.act({tokens, norm.x.size(1)}));
+  Tensor qkvz = proj.slice(1, 0, qkvz_cols);
+  Tensor ba = proj.slice(1, qkvz_cols, qkvz_cols + 2 * hv);
+  Tensor residual_out = norm.residual_out;
+  VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, norm.x, norm.residual, norm.weight, norm.eps,
+                                                norm.unit_offset, in_proj_, residual_out, normed,
+                                                qkvz));
+  VLLM_RETURN_IF_ERROR(ops::linear(ctx, normed, in_proj_ba_, Tensor(), ba));
   return mix(ctx, proj, in, conv_state, ssm_state, out);
 }
 

@@ -50,7 +50,8 @@ class GdnLayer {
   // would get as norm.x.
   bool fuses_norm(const ExecContext& ctx, const Tensor& x, const Tensor& norm_weight) const;
   // forward() of RMSNorm(norm.residual + norm.x), the add and the norm inside the input
-  // projection; the new residual stream goes to norm.residual_out.
+  // projection (the q | k | v | z one when b | a are a second weight: it stores the normed rows
+  // for the b | a product); the new residual stream goes to norm.residual_out.
   Status forward_add_norm(const ExecContext& ctx, const ops::AddRmsNorm& norm, const StepInputs& in,
                           Tensor& conv_state, Tensor& ssm_state, Tensor& out) const;
 
