@@ -38,8 +38,8 @@ constexpr DType kF32 = DType::kF32;
 struct Case {
   int64_t tokens, hidden, inter, experts, top_k;
   WeightBlock block;
-  int64_t x_offset =
-      0;  // x: columns [x_offset, x_offset + hidden) of rows of hidden + x_offset + 1
+  int64_t x_offset = 0;  // x: columns [x_offset, x_offset + hidden) of rows of
+  int64_t pad = 1;       // x_offset + hidden + pad (8: 16-byte rows, which the vector paths need)
 
   std::string name() const {
     return fmt::format(
@@ -104,7 +104,7 @@ Inputs make_inputs(const Case& c, DType dtype, std::mt19937& rng) {
   in.gate_up = fp8_stack(c.experts, 2 * c.inter, c.hidden, c.block, rng);
   in.down = fp8_stack(c.experts, c.hidden, c.inter, c.block, rng);
   in.x_all =
-      cuda_test::random_tensor({c.tokens, c.x_offset + c.hidden + 1}, dtype, rng, 0.0f, 1.0f);
+      cuda_test::random_tensor({c.tokens, c.x_offset + c.hidden + c.pad}, dtype, rng, 0.0f, 1.0f);
   make_routing(c.tokens, c.experts, c.top_k, rng, in.ids, in.weights);
   const Tensor x = cuda_test::to_f32(in.x_all).slice(1, c.x_offset, c.x_offset + c.hidden).clone();
   in.ref = Tensor::empty({c.tokens, c.hidden}, kF32);
@@ -125,7 +125,7 @@ MoeProblem problem_of(const Case& c, DType dtype, const Inputs& in, void* act, v
   p.down_scales = scales_of(in.down);
   p.x = static_cast<const char*>(in.x_all.data_ptr()) +
         c.x_offset * static_cast<int64_t>(dtype_size(dtype));
-  p.ldx = c.x_offset + c.hidden + 1;
+  p.ldx = c.x_offset + c.hidden + c.pad;
   p.gate_up = in.gate_up.weight.data_ptr();
   p.down = in.down.weight.data_ptr();
   p.act = act;
@@ -225,10 +225,12 @@ void run_gather(const Case& c, DType dtype, std::mt19937& rng) {
   EXPECT_TRUE(cuda_test::relative_l2(out, in.ref, tolerance(dtype)));
 }
 
+// Rows of x 16-byte aligned (pad 8): with more than one token the vector paths need that.
 const Case kVectorCases[] = {
-    {3, 64, 48, 6, 2, {16, 32}},
-    {2, 128, 64, 5, 3, {1, 128}},  // one scale row per weight row
-    {4, 96, 32, 4, 4, {16, 16}},   // every expert in every token
+    {3, 64, 48, 6, 2, {16, 32}, 0, 8},
+    {2, 128, 64, 5, 3, {1, 128}, 0, 8},  // one scale row per weight row
+    {4, 96, 32, 4, 4, {16, 16}, 0, 8},   // every expert in every token
+    {1, 64, 48, 6, 2, {16, 32}},         // one token: any row stride
 };
 const Case kElementCases[] = {
     {3, 56, 40, 10, 3, {16, 32}},    // the golden qwen3_5_moe_fp8's shapes
