@@ -10,12 +10,12 @@
 //
 // Include this before any CUDA kernel source: it defines the CUDA builtins the kernels use
 // (threadIdx, blockIdx, blockDim, gridDim, __syncthreads, __syncthreads_or, __syncwarp,
-// __shfl_xor_sync, __int_as_float, __uint_as_float, __ldg, min, max) and VLLM_CUDA_EMULATION,
-// which routes mma.cuh's tensor-core product to an emulation from the PTX ISA's fragment
-// tables (emulated_mma_m16n8k16_bf16, f32 sums of exact bf16 products). What it does not
-// model: the memory model between blocks (blocks are sequential), warp-synchronous code
-// without shuffles or __syncwarp, static __shared__ arrays (they are per thread here: kernels
-// keep shared data in dynamic shared memory), timing.
+// __shfl_xor_sync, __int_as_float, __uint_as_float, __ldg, __ldcg, min, max) and
+// VLLM_CUDA_EMULATION, which routes mma.cuh's tensor-core product to an emulation from the PTX
+// ISA's fragment tables (emulated_mma_m16n8k16_bf16, f32 sums of exact bf16 products). What it does
+// not model: the memory model between blocks (blocks are sequential), warp-synchronous code without
+// shuffles or __syncwarp, static __shared__ arrays (they are per thread here: kernels keep shared
+// data in dynamic shared memory), timing.
 #pragma once
 
 // Device code's hooks into the emulator (mma.cuh's tensor-core product).
@@ -91,9 +91,13 @@ inline float __uint_as_float(unsigned v) {
   std::memcpy(&f, &v, sizeof f);
   return f;
 }
-// A load through the read-only cache is a plain load here.
+// A load through the read-only cache, or through L2 only, is a plain load here.
 template <typename T>
 inline T __ldg(const T* p) {
+  return *p;
+}
+template <typename T>
+inline T __ldcg(const T* p) {
   return *p;
 }
 inline int min(int a, int b) {

@@ -13,10 +13,6 @@
 
 #undef __maxnreg__  // a register cap means nothing here
 #define __maxnreg__(...)
-template <typename T>
-inline T __ldcg(const T* p) {
-  return *p;
-}
 
 namespace vllm::cuda {
 Status check_launch(const char* kernel_name) {

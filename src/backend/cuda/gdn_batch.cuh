@@ -50,11 +50,18 @@ struct RequestRows {
   int slot = -1;
 };
 
+// kL2: through L2 only (ld.global.cg), for a read before pdl_wait: the batch arrays are
+// copied from the host before the step's kernels (docs/design.md, launch_pdl).
+template <bool kL2 = false>
 __device__ __forceinline__ RequestRows request_rows(const GdnBatchView& b, int r) {
+  auto load = [](const int32_t* p) {
+    if constexpr (kL2) return __ldcg(p);
+    return *p;
+  };
   RequestRows rows;
-  rows.begin = min(max(b.query_start_loc[r], 0), b.num_tokens);
-  rows.end = min(max(b.query_start_loc[r + 1], rows.begin), b.num_tokens);
-  const int slot = b.state_indices[r];
+  rows.begin = min(max(load(b.query_start_loc + r), 0), b.num_tokens);
+  rows.end = min(max(load(b.query_start_loc + r + 1), rows.begin), b.num_tokens);
+  const int slot = load(b.state_indices + r);
   rows.slot = slot >= 0 && slot < b.num_slots ? slot : -1;
   return rows;
 }

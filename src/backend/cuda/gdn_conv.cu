@@ -122,21 +122,32 @@ __device__ __forceinline__ void load_bias(const void* data, int c0, float (&bias
   for (int v = 0; v < kVec; ++v) bias[v] = src != nullptr ? to_float(src[c0 + v]) : 0.0f;
 }
 
-template <typename T, int kVec>
+// kEarly (without chunks): the batch's rows and slot (copied from the host before the step's
+// kernels), the taps, the bias and the state (written by this layer's kernel in an earlier
+// step, or zeroed at the start of this one) are loaded before pdl_wait, through L2, while the
+// input projection still runs; only x waits (docs/design.md, launch_pdl).
+template <typename T, int kVec, bool kEarly>
 __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<T> p) {
-  pdl_wait();
-  pdl_launch_next();
+  const bool early = kEarly && !p.chunked;
+  if (!early) {
+    pdl_wait();
+    pdl_launch_next();
+  }
   using TPack = Pack<T, kVec>;
   const int64_t block = blockIdx.x;
   const int channel_block = static_cast<int>(block % p.channel_blocks);
   const int64_t id = block / p.channel_blocks;
   const int c0 = (channel_block * kConvThreads + static_cast<int>(threadIdx.x)) * kVec;
-  if (c0 >= p.channels) return;  // the kernel has no barriers: threads may leave early
+  // The kernel has no barriers: threads may leave early (having waited, as every thread must).
+  if (c0 >= p.channels) {
+    if (early) pdl_wait();
+    return;
+  }
 
   int request = static_cast<int>(id);
   int64_t chunk = 0;
   if (p.chunked) find_chunk(p.batch, id, request, chunk);
-  const detail::RequestRows rows = detail::request_rows(p.batch, request);
+  const detail::RequestRows rows = detail::request_rows<kEarly>(p.batch, request);
   int begin = rows.begin, end = rows.end;
   if (p.chunked) {
     const int64_t first = rows.begin + chunk * kChunkTokens;
@@ -144,12 +155,19 @@ __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<
     begin = static_cast<int>(first);
     end = static_cast<int>(min(static_cast<int64_t>(rows.end), first + kChunkTokens));
   }
-  if (begin >= end) return;
+  if (begin >= end) {
+    if (early) pdl_wait();
+    return;
+  }
 
   auto x_at = [&](int t) { return *reinterpret_cast<const TPack*>(p.x + t * p.x_stride + c0); };
   auto out_at = [&](int t) { return reinterpret_cast<TPack*>(p.out + t * p.out_stride + c0); };
 
   if (rows.slot < 0) {  // padding: no state, zero outputs
+    if (early) {
+      pdl_wait();
+      pdl_launch_next();
+    }
     TPack zero;
 #pragma unroll
     for (int v = 0; v < kVec; ++v) zero.v[v] = from_float<T>(0.0f);
@@ -196,15 +214,19 @@ __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<
     } else if (owns_state) {
 #pragma unroll
       for (int v = 0; v < kVec; ++v) {
-        win[v][i] = detail::load_state(p.conv_state, state_at + v * hist + s, p.state_type);
+        win[v][i] = detail::load_state<kEarly>(p.conv_state, state_at + v * hist + s, p.state_type);
       }
-    } else {
+    } else {                                       // chunked: after pdl_wait
       const TPack in = x_at(begin - kWindow + i);  // >= rows.begin: chunk >= 1
 #pragma unroll
       for (int v = 0; v < kVec; ++v) win[v][i] = to_float(in.v[v]);
     }
   }
 
+  if (early) {  // x is the input projection's
+    pdl_wait();
+    pdl_launch_next();
+  }
   for (int t = begin; t < end; ++t) {
     const TPack in = x_at(t);
     TPack o;
@@ -260,8 +282,9 @@ Status launch_conv(ConvParams<T> p, int64_t num_ids, cudaStream_t stream) {
                       "chunks)",
                       blocks, p.channels, num_ids);
   }
-  launch_pdl(causal_conv1d_kernel<T, kVec>, static_cast<unsigned>(blocks), kConvThreads, 0, stream,
-             p);
+  launch_pdl(pdl_early_loads() ? causal_conv1d_kernel<T, kVec, true>
+                               : causal_conv1d_kernel<T, kVec, false>,
+             static_cast<unsigned>(blocks), kConvThreads, 0, stream, p);
   return check_launch("causal_conv1d_kernel");
 }
 

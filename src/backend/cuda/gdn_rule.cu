@@ -350,10 +350,21 @@ constexpr bool wide_rule_fits(int64_t dk, int64_t dv) {
 
 // Four adjacent state elements (i a multiple of 4) in their storage type, as f32: one 16-byte
 // load for F32, one 8-byte load for BF16 / F16.
+// kL2: through L2 only (ld.global.cg), for a load before pdl_wait (docs/design.md).
+template <bool kL2 = false>
 __device__ __forceinline__ float4 load_state4(const void* base, int64_t i, StateType type) {
-  if (type == StateType::kF32)
-    return *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
-  const uint2 w = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(base) + i);
+  if (type == StateType::kF32) {
+    const auto* at = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+    if constexpr (kL2) return __ldcg(at);
+    return *at;
+  }
+  const auto* at2 = reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(base) + i);
+  uint2 w;
+  if constexpr (kL2) {
+    w = __ldcg(at2);
+  } else {
+    w = *at2;
+  }
   auto half_of = [&](uint32_t word, int h) {  // element h of a 16-bit pair, as f32
     const auto bits = static_cast<unsigned short>(word >> (16 * h));
     if (type == StateType::kBF16) {
@@ -389,11 +400,17 @@ __device__ __forceinline__ void store_state4(void* base, int64_t i, float4 v, St
 }
 
 // The wide kernel (see the top of the file); p.col_tiles = Dv / 16, wide_rule_fits(p.dk, p.dv).
-template <typename T>
+// kEarly: the batch's rows and slots (copied from the host before the step's kernels) and the
+// warp's state (written by this layer's kernel in an earlier step, or zeroed at the start of
+// this one) are loaded before pdl_wait, through L2, while the conv and gating kernels still
+// run: the state's round trip leaves the step's chain (docs/design.md, launch_pdl).
+template <typename T, bool kEarly>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     gated_delta_rule_wide_kernel(RuleParams<T> p) {
-  pdl_wait();
-  pdl_launch_next();
+  if constexpr (!kEarly) {
+    pdl_wait();
+    pdl_launch_next();
+  }
   constexpr int kCap = kWideCap;
   constexpr int kRows = kCap / kWideRowGroups;  // 16 state rows per lane
   constexpr int kMinDk = kCap / 2 + 1;
@@ -408,8 +425,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   const int64_t items_per_request = static_cast<int64_t>(p.value_heads) * p.col_tiles;
-  // Early returns are uniform across the warp (they depend on the item only).
-  if (item >= items_per_request * p.batch.num_requests) return;
+  // Early returns are uniform across the warp (they depend on the item only); under kEarly
+  // each waits first, as every thread must.
+  if (item >= items_per_request * p.batch.num_requests) {
+    if (kEarly) pdl_wait();
+    return;
+  }
   const int request = static_cast<int>(item / items_per_request);
   const int head = static_cast<int>(item / p.col_tiles % p.value_heads);
   const int tile = static_cast<int>(item % p.col_tiles);
@@ -418,10 +439,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   const int col = tile * kWideColsPerWarp + (lane % (kWarpSize / kWideRowGroups)) * kC;
   const bool writes_out = row_group == 0;
 
-  const detail::RequestRows rows = detail::request_rows(p.batch, request);
-  if (rows.begin == rows.end || rows.end - rows.begin >= p.chunked_min_rows) return;
+  const detail::RequestRows rows = detail::request_rows<kEarly>(p.batch, request);
+  if (rows.begin == rows.end || rows.end - rows.begin >= p.chunked_min_rows) {
+    if (kEarly) pdl_wait();
+    return;
+  }
   const int64_t out_col = static_cast<int64_t>(head) * p.dv + col;
   if (rows.slot < 0) {
+    if constexpr (kEarly) {
+      pdl_wait();
+      pdl_launch_next();
+    }
     if (writes_out) zero_outputs<kC>(p, rows, out_col);
     return;
   }
@@ -436,12 +464,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const float4 v =
-        i < own_rows ? load_state4(p.state, state_at + static_cast<int64_t>(i) * p.dv, p.state_type)
-                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        i < own_rows
+            ? load_state4<kEarly>(p.state, state_at + static_cast<int64_t>(i) * p.dv, p.state_type)
+            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     s[i][0] = v.x;
     s[i][1] = v.y;
     s[i][2] = v.z;
     s[i][3] = v.w;
+  }
+  if constexpr (kEarly) {  // q, k, v, g and beta are the kernels' before
+    pdl_wait();
+    pdl_launch_next();
   }
 
   const int64_t qk_col = static_cast<int64_t>(key_head) * p.dk;
@@ -552,11 +585,13 @@ Status launch_rule_wide(RuleParams<T> p, cudaStream_t stream) {
 #if defined(VLLM_CUDA_EMULATION)
   (void)stream;
   emu::launch(dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * kWarpSize, gdn_rule_smem,
-              rule_smem_bytes<kWideCap>(), [&] { gated_delta_rule_wide_kernel<T>(p); });
+              rule_smem_bytes<kWideCap>(), [&] { gated_delta_rule_wide_kernel<T, true>(p); });
   return Status::ok();
 #else
-  detail::launch_pdl(gated_delta_rule_wide_kernel<T>, static_cast<unsigned>(blocks),
-                     kWarpsPerBlock * kWarpSize, rule_smem_bytes<kWideCap>(), stream, p);
+  detail::launch_pdl(pdl_early_loads() ? gated_delta_rule_wide_kernel<T, true>
+                                       : gated_delta_rule_wide_kernel<T, false>,
+                     static_cast<unsigned>(blocks), kWarpsPerBlock * kWarpSize,
+                     rule_smem_bytes<kWideCap>(), stream, p);
   return check_launch("gated_delta_rule_wide_kernel");
 #endif
 }

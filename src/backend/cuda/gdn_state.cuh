@@ -27,8 +27,18 @@ inline StateType state_type(DType dtype) {
                                 : StateType::kF32;
 }
 
-// Element i of a state array in its storage type, as f32.
+// Element i of a state array in its storage type, as f32. kL2: through L2 only
+// (ld.global.cg), for a load before pdl_wait (docs/design.md).
+template <bool kL2 = false>
 __device__ __forceinline__ float load_state(const void* base, int64_t i, StateType type) {
+  if constexpr (kL2) {
+    if (type == StateType::kF32) return __ldcg(static_cast<const float*>(base) + i);
+    const unsigned short bits = __ldcg(static_cast<const unsigned short*>(base) + i);
+    if (type == StateType::kBF16) return __uint_as_float(static_cast<unsigned>(bits) << 16);
+    __half_raw r;
+    r.x = bits;
+    return __half2float(__half(r));
+  }
   switch (type) {
     case StateType::kBF16:
       return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);

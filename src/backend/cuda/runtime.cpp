@@ -80,6 +80,14 @@ bool pdl_enabled() {
   return enabled;
 }
 
+bool pdl_early_loads() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("VLLM_CUDA_PDL_EARLY_LOADS");
+    return value == nullptr || std::string_view(value) != "0";
+  }();
+  return enabled;
+}
+
 int device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

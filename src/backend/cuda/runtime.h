@@ -32,6 +32,12 @@ Status check_launch(const char* kernel_name);
 // on unless the environment sets VLLM_CUDA_PDL=0 (read once).
 bool pdl_enabled();
 
+// Whether kernels that may (the GDN conv and delta rule at decode) issue their loads of data no
+// recent kernel wrote -- states of an earlier step, the step's host-copied batch arrays --
+// before pdl_wait: on unless the environment sets VLLM_CUDA_PDL_EARLY_LOADS=0, a switch for
+// measurements (read once).
+bool pdl_early_loads();
+
 // ---- Setup ----------------------------------------------------------------------------
 // Checks that at least one CUDA device is usable and registers the device allocator for
 // DeviceType::kCUDA. Safe to call again (later calls return the first call's result).
