@@ -26,6 +26,7 @@ cuda::GdnBatch cuda_batch(const BatchLayout& layout) {
   b.query_start_loc = layout.query_start_loc_device;
   b.state_indices = layout.state_indices_device;
   b.max_query_len = layout.max_query_len;
+  b.states_settled = true;  // a step's layout, and a layer's own states (cuda::GdnBatch)
   return b;
 }
 }  // namespace

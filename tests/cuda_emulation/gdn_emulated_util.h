@@ -58,7 +58,8 @@ inline Status run_emulated(const Tensor& qkv, int64_t q0, int64_t key_dim, int64
                            cuda::GatedDeltaRuleParams params, Tensor& state, Tensor& out,
                            bool* chunked = nullptr) {
   Tensor loc_t = i32_tensor(loc), slots_t = i32_tensor(slots);
-  const cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), max_len};
+  cuda::GdnBatch batch{as_cuda(loc_t), as_cuda(slots_t), max_len};
+  batch.states_settled = true;  // the kernels' early loads (one launch at a time here)
   const Tensor qkv_dev = as_cuda(qkv);
   const Tensor q = qkv_dev.slice(1, q0, q0 + key_dim);
   Tensor state_dev = as_cuda(state), out_dev = as_cuda(out);

@@ -29,6 +29,12 @@ struct GdnBatch {
   Tensor query_start_loc;     // I32 [R + 1] on the device
   Tensor state_indices;       // I32 [R] on the device
   int32_t max_query_len = 0;  // host-known bound, for the grid
+  // The caller vouches that the kernel launched just before the op wrote neither these arrays
+  // nor the states the op reads (docs/design.md, launch_pdl): the conv at decode and the wide
+  // delta rule kernel then load them before pdl_wait. The model's layers do (ops::): the
+  // arrays are copied from the host before a step's kernels and other kernels run between two
+  // calls on the same states. Ops called back to back on the same states must not.
+  bool states_settled = false;
 };
 
 // Causal depthwise conv1d + SiLU continuing from conv_state (cpu::causal_conv1d).

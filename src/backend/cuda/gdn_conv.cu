@@ -272,8 +272,9 @@ __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<
 
 // ---- Launcher --------------------------------------------------------------------------
 
+// early: causal_conv1d_kernel's kEarly (GdnBatch::states_settled).
 template <typename T, int kVec>
-Status launch_conv(ConvParams<T> p, int64_t num_ids, cudaStream_t stream) {
+Status launch_conv(ConvParams<T> p, int64_t num_ids, bool early, cudaStream_t stream) {
   p.channel_blocks = static_cast<int>(detail::ceil_div(p.channels, int64_t{kConvThreads} * kVec));
   const int64_t blocks = num_ids * p.channel_blocks;
   if (blocks > INT_MAX) {
@@ -282,8 +283,8 @@ Status launch_conv(ConvParams<T> p, int64_t num_ids, cudaStream_t stream) {
                       "chunks)",
                       blocks, p.channels, num_ids);
   }
-  launch_pdl(pdl_early_loads() ? causal_conv1d_kernel<T, kVec, true>
-                               : causal_conv1d_kernel<T, kVec, false>,
+  launch_pdl(early && pdl_early_loads() ? causal_conv1d_kernel<T, kVec, true>
+                                        : causal_conv1d_kernel<T, kVec, false>,
              static_cast<unsigned>(blocks), kConvThreads, 0, stream, p);
   return check_launch("causal_conv1d_kernel");
 }
@@ -308,8 +309,8 @@ Status dispatch_conv(const detail::Rows& x, const detail::Rows& out, ConvParams<
   // vectors would leave most SMs idle behind strided per-thread loads (8.0 -> 4.0 us per
   // layer on the 35B-A3B's 8192 channels at batch 1, Nsight Compute).
   const bool few = !p.chunked && p.batch.num_requests <= kNarrowMaxRequests;
-  if (vectorised && !few) return launch_conv<T, kVec>(p, num_ids, stream);
-  return launch_conv<T, 1>(p, num_ids, stream);
+  if (vectorised && !few) return launch_conv<T, kVec>(p, num_ids, batch.states_settled, stream);
+  return launch_conv<T, 1>(p, num_ids, batch.states_settled, stream);
 }
 
 }  // namespace

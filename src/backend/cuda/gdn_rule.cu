@@ -571,8 +571,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   }
 }
 
+// early: gated_delta_rule_wide_kernel's kEarly (GdnBatch::states_settled).
 template <typename T>
-Status launch_rule_wide(RuleParams<T> p, cudaStream_t stream) {
+Status launch_rule_wide(RuleParams<T> p, bool early, cudaStream_t stream) {
   VLLM_CHECK(wide_rule_fits(p.dk, p.dv));
   p.col_tiles = p.dv / kWideColsPerWarp;
   const int64_t items = static_cast<int64_t>(p.batch.num_requests) * p.value_heads * p.col_tiles;
@@ -585,11 +586,17 @@ Status launch_rule_wide(RuleParams<T> p, cudaStream_t stream) {
 #if defined(VLLM_CUDA_EMULATION)
   (void)stream;
   emu::launch(dim3(static_cast<unsigned>(blocks)), kWarpsPerBlock * kWarpSize, gdn_rule_smem,
-              rule_smem_bytes<kWideCap>(), [&] { gated_delta_rule_wide_kernel<T, true>(p); });
+              rule_smem_bytes<kWideCap>(), [&] {
+                if (early) {
+                  gated_delta_rule_wide_kernel<T, true>(p);
+                } else {
+                  gated_delta_rule_wide_kernel<T, false>(p);
+                }
+              });
   return Status::ok();
 #else
-  detail::launch_pdl(pdl_early_loads() ? gated_delta_rule_wide_kernel<T, true>
-                                       : gated_delta_rule_wide_kernel<T, false>,
+  detail::launch_pdl(early && pdl_early_loads() ? gated_delta_rule_wide_kernel<T, true>
+                                                : gated_delta_rule_wide_kernel<T, false>,
                      static_cast<unsigned>(blocks), kWarpsPerBlock * kWarpSize,
                      rule_smem_bytes<kWideCap>(), stream, p);
   return check_launch("gated_delta_rule_wide_kernel");
@@ -693,10 +700,10 @@ ChunkPlan plan_chunked(DType act, int64_t tokens, int64_t requests, int64_t key_
 // The kernel of the smallest capacity that holds p.dk (1 .. kMaxKeyDim, checked); the wide
 // kernel where it fits.
 template <typename T>
-Status dispatch_rule(const RuleParams<T>& p, cudaStream_t stream) {
+Status dispatch_rule(const RuleParams<T>& p, bool early, cudaStream_t stream) {
   if (p.dk <= 32) return launch_rule<T, 32>(p, stream);
   if (p.dk <= 64) return launch_rule<T, 64>(p, stream);
-  if (wide_rule_fits(p.dk, p.dv)) return launch_rule_wide<T>(p, stream);
+  if (wide_rule_fits(p.dk, p.dv)) return launch_rule_wide<T>(p, early, stream);
   if (p.dk <= 128) return launch_rule<T, 128>(p, stream);
   static_assert(kMaxKeyDim == 256);
   return launch_rule<T, 256>(p, stream);
@@ -871,7 +878,7 @@ Status gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const
     fill_common(p, T{});
     p.col_tiles = static_cast<int>(detail::ceil_div(dv, kColsPerWarp));
     p.chunked_min_rows = plan.chunked ? plan.min_rows : INT_MAX;
-    return dispatch_rule<T>(p, stream);
+    return dispatch_rule<T>(p, batch.states_settled, stream);
   };
   if (q.dtype() == DType::kF32) return run(float{});
   return run(__nv_bfloat16{});
