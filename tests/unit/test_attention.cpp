@@ -10,6 +10,7 @@
 #include "backend/cpu/attention.h"
 
 namespace vllm {
+namespace test_attention {
 namespace {
 
 struct Case {
@@ -150,4 +151,5 @@ TEST(PagedAttention, BadInputsAreErrors) {
 }
 
 }  // namespace
+}  // namespace test_attention
 }  // namespace vllm

@@ -14,6 +14,7 @@
 #include "bench/stats.h"
 
 namespace vllm::bench {
+namespace test_bench_metrics {
 namespace {
 
 constexpr double kEps = 1e-9;
@@ -208,4 +209,5 @@ TEST(BenchReport, JsonHasVllmKeys) {
 }
 
 }  // namespace
+}  // namespace test_bench_metrics
 }  // namespace vllm::bench

@@ -12,6 +12,7 @@
 #include "engine/engine_args.h"
 
 namespace vllm::bench {
+namespace test_bench_multi_turn {
 namespace {
 
 namespace fs = std::filesystem;
@@ -79,4 +80,5 @@ TEST(BenchMultiTurn, BadSettingsAreErrors) {
 }
 
 }  // namespace
+}  // namespace test_bench_multi_turn
 }  // namespace vllm::bench

@@ -20,6 +20,7 @@
 #include "unit/temp_dir.h"
 
 namespace vllm {
+namespace test_bench_offline {
 namespace {
 
 namespace fs = std::filesystem;
@@ -178,4 +179,5 @@ TEST(BenchOffline, RequestsLongerThanTheModelAreRefused) {
 }
 
 }  // namespace
+}  // namespace test_bench_offline
 }  // namespace vllm

@@ -22,6 +22,7 @@
 extern "C" const char* __lsan_default_suppressions() { return "leak:libfontconfig\n"; }
 
 namespace vllm::bench {
+namespace test_bench_pieces {
 namespace {
 
 namespace fs = std::filesystem;
@@ -203,4 +204,5 @@ TEST(BenchPlot, WritesPngOfExpectedSize) {
 }
 
 }  // namespace
+}  // namespace test_bench_pieces
 }  // namespace vllm::bench

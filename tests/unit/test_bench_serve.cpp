@@ -23,6 +23,7 @@
 #include "bench/serve_benchmark.h"
 
 namespace vllm::bench {
+namespace test_bench_serve {
 namespace {
 
 class FakeOpenAiServer {
@@ -330,4 +331,5 @@ TEST(BenchServe, NoServerIsAnError) {
 }
 
 }  // namespace
+}  // namespace test_bench_serve
 }  // namespace vllm::bench

@@ -15,6 +15,7 @@
 #include "tensor/block_fp8.h"
 
 namespace vllm {
+namespace test_block_fp8 {
 namespace {
 
 Tensor f32_tensor(const Shape& shape, const std::vector<float>& values) {
@@ -330,4 +331,5 @@ TEST(BlockFp8, TokenGroupsRefuseBadInput) {
 }
 
 }  // namespace
+}  // namespace test_block_fp8
 }  // namespace vllm

@@ -10,6 +10,7 @@
 #include "engine/kv_cache_block.h"
 
 namespace vllm::engine {
+namespace test_block_pool {
 namespace {
 
 std::vector<KVCacheBlock> make_blocks(int n) {
@@ -251,4 +252,5 @@ TEST(BlockPool, WithoutCachingEveryFreedBlockGoesToTheFront) {
 }
 
 }  // namespace
+}  // namespace test_block_pool
 }  // namespace vllm::engine

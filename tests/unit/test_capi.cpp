@@ -6,6 +6,7 @@
 
 #include "vllm.h"
 
+namespace test_capi {
 namespace {
 
 std::string golden(const char* name) {
@@ -84,3 +85,4 @@ TEST(CApi, ErrorsAreStatusesWithMessages) {
 }
 
 }  // namespace
+}  // namespace test_capi

@@ -13,6 +13,7 @@
 #include "unit/temp_dir.h"
 
 namespace vllm {
+namespace test_chat_template {
 namespace {
 
 namespace fs = std::filesystem;
@@ -429,4 +430,5 @@ TEST(ChatTemplateLoadTest, FindsTemplateAndSpecialTokensAsTransformers) {
 }
 
 }  // namespace
+}  // namespace test_chat_template
 }  // namespace vllm

@@ -22,6 +22,7 @@
 #include "unit/golden_jsonl.h"
 
 namespace vllm {
+namespace test_chat_template_golden {
 namespace {
 
 namespace fs = std::filesystem;
@@ -153,4 +154,5 @@ INSTANTIATE_TEST_SUITE_P(Templates, ChatTemplateGoldenTest, ::testing::ValuesIn(
                          });
 
 }  // namespace
+}  // namespace test_chat_template_golden
 }  // namespace vllm

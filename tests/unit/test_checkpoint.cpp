@@ -10,6 +10,7 @@
 #include "temp_dir.h"
 
 namespace vllm {
+namespace test_checkpoint {
 namespace {
 
 using testing::TempDir;
@@ -176,4 +177,5 @@ TEST(Checkpoint, NoWeightsOrNoFolder) {
 }
 
 }  // namespace
+}  // namespace test_checkpoint
 }  // namespace vllm

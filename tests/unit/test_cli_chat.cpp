@@ -21,6 +21,7 @@
 #include "unit/temp_dir.h"
 
 namespace vllm {
+namespace test_cli_chat {
 namespace {
 
 namespace fs = std::filesystem;
@@ -153,4 +154,5 @@ TEST(CliChatTest, DefaultModelFromAnyDirectory) {
 }
 
 }  // namespace
+}  // namespace test_cli_chat
 }  // namespace vllm

@@ -8,6 +8,7 @@
 #include "temp_dir.h"
 
 namespace vllm {
+namespace test_cors_and_hf_cache {
 namespace {
 
 using server::CorsOptions;
@@ -135,4 +136,5 @@ TEST(HfCache, FindsSnapshotsByRefOrCommit) {
 }
 
 }  // namespace
+}  // namespace test_cors_and_hf_cache
 }  // namespace vllm

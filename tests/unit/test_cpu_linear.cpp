@@ -8,6 +8,7 @@
 #include "op_test_util.h"
 
 namespace vllm {
+namespace test_cpu_linear {
 namespace {
 
 using namespace vllm::test;  // NOLINT(google-build-using-namespace)
@@ -118,4 +119,5 @@ TEST(CpuLinear, RejectsBadInput) {
 }
 
 }  // namespace
+}  // namespace test_cpu_linear
 }  // namespace vllm

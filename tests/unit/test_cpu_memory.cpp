@@ -8,6 +8,7 @@
 #include "backend/cpu/weight_memory.h"
 
 namespace vllm {
+namespace test_cpu_memory {
 namespace {
 
 TEST(CpuCacheMemory, ZeroedMappingReadsZeroAndIsWritable) {
@@ -51,4 +52,5 @@ TEST(CpuWeightArena, CopiesAreEqualAndIndependent) {
 }
 
 }  // namespace
+}  // namespace test_cpu_memory
 }  // namespace vllm

@@ -14,6 +14,7 @@
 #include "op_test_util.h"
 
 namespace vllm {
+namespace test_cpu_ops {
 namespace {
 
 using namespace vllm::test;  // NOLINT(google-build-using-namespace)
@@ -285,4 +286,5 @@ TEST(CpuTopK, RejectsBadInput) {
 }
 
 }  // namespace
+}  // namespace test_cpu_ops
 }  // namespace vllm

@@ -17,6 +17,7 @@
 #include "op_test_util.h"
 
 namespace vllm {
+namespace test_cpu_simd {
 namespace {
 
 using namespace vllm::test;  // NOLINT(google-build-using-namespace)
@@ -267,4 +268,5 @@ TEST(CpuSimd, SumExpMatchesPortable) {
 }
 
 }  // namespace
+}  // namespace test_cpu_simd
 }  // namespace vllm

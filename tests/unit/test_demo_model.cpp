@@ -25,6 +25,7 @@
 #include "unit/model_harness.h"
 
 namespace vllm {
+namespace test_demo_model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -192,4 +193,5 @@ TEST(DemoModelTest, EngineGreedyMatchesTransformers) {
 }
 
 }  // namespace
+}  // namespace test_demo_model
 }  // namespace vllm

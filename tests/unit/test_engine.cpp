@@ -12,6 +12,7 @@
 #include "engine/engine_core.h"
 
 namespace vllm::engine {
+namespace test_engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -212,4 +213,5 @@ TEST(EngineValidation, BadRequestsAreErrors) {
 }
 
 }  // namespace
+}  // namespace test_engine
 }  // namespace vllm::engine

@@ -10,6 +10,7 @@
 #include "engine/engine_client.h"
 
 namespace vllm::engine {
+namespace test_engine_client {
 namespace {
 
 std::unique_ptr<EngineClient> make_client() {
@@ -196,4 +197,5 @@ TEST(EngineClient, StepStatsEventsAndNotify) {
 }
 
 }  // namespace
+}  // namespace test_engine_client
 }  // namespace vllm::engine

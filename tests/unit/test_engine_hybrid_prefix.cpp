@@ -19,6 +19,7 @@
 #include "engine/engine_core.h"
 
 namespace vllm::engine {
+namespace test_engine_hybrid_prefix {
 namespace {
 
 namespace fs = std::filesystem;
@@ -378,4 +379,5 @@ TEST(HybridPrefixCacheConfig, SnapshotSharingAndBadSettings) {
 }
 
 }  // namespace
+}  // namespace test_engine_hybrid_prefix
 }  // namespace vllm::engine

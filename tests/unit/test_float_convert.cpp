@@ -17,6 +17,7 @@
 #include "base/float_convert.h"
 
 namespace vllm {
+namespace test_float_convert {
 namespace {
 
 uint32_t bits_of(float f) {
@@ -398,4 +399,5 @@ TEST(FloatConvert, RandomF32AgainstReference) {
 }
 
 }  // namespace
+}  // namespace test_float_convert
 }  // namespace vllm

@@ -25,6 +25,7 @@
 #include "unit/temp_dir.h"
 
 namespace vllm {
+namespace test_fp8_checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
@@ -277,4 +278,5 @@ TEST(Fp8Checkpoint, UnreadableQuantizationConfigsAreRefused) {
 }
 
 }  // namespace
+}  // namespace test_fp8_checkpoint
 }  // namespace vllm

@@ -29,6 +29,7 @@
 #include "unit/temp_dir.h"
 
 namespace vllm {
+namespace test_fp8_engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -340,4 +341,5 @@ TEST(Fp8Dummy, RealFp8ConfigBuildsOnTheMetaDeviceWithTheSameParameters) {
 }
 
 }  // namespace
+}  // namespace test_fp8_engine
 }  // namespace vllm

@@ -17,6 +17,7 @@
 #include "tensor/block_fp8.h"
 
 namespace vllm {
+namespace test_fp8_linear {
 namespace {
 
 Tensor random_f32(const Shape& shape, uint64_t seed, float scale = 1.0f) {
@@ -239,4 +240,5 @@ TEST(Fp8Linear, MoeExpertsMatchTheDequantizedExperts) {
 }
 
 }  // namespace
+}  // namespace test_fp8_linear
 }  // namespace vllm

@@ -13,6 +13,7 @@
 #include "op_test_util.h"
 
 namespace vllm {
+namespace test_gdn {
 namespace {
 
 using namespace vllm::test;  // NOLINT(google-build-using-namespace)
@@ -442,4 +443,5 @@ TEST(GdnGatedRmsNorm, MatchesReferenceAndAliases) {
 }
 
 }  // namespace
+}  // namespace test_gdn
 }  // namespace vllm

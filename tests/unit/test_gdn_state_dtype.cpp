@@ -12,6 +12,7 @@
 #include "op_test_util.h"
 
 namespace vllm {
+namespace test_gdn_state_dtype {
 namespace {
 
 using namespace vllm::test;  // NOLINT(google-build-using-namespace)
@@ -218,4 +219,5 @@ TEST(GdnStateDtype, OtherStateDtypesAreRefused) {
 }
 
 }  // namespace
+}  // namespace test_gdn_state_dtype
 }  // namespace vllm

@@ -21,6 +21,7 @@
 #include "unit/model_harness.h"
 
 namespace vllm {
+namespace test_golden {
 namespace {
 
 namespace fs = std::filesystem;
@@ -258,4 +259,5 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                                            "qwen3_5_moe_fp8"));
 
 }  // namespace
+}  // namespace test_golden
 }  // namespace vllm

@@ -11,6 +11,7 @@
 #include "loader/hf_config.h"
 
 namespace vllm {
+namespace test_hf_config {
 namespace {
 
 namespace fs = std::filesystem;
@@ -481,4 +482,5 @@ TEST(HfConfig, GenerationConfigErrors) {
 }
 
 }  // namespace
+}  // namespace test_hf_config
 }  // namespace vllm

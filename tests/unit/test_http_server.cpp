@@ -11,6 +11,7 @@
 #include "http_server_fixture.h"
 
 namespace vllm::server {
+namespace test_http_server {
 namespace {
 
 class HttpServerTest : public testing::HttpServerFixture {
@@ -181,4 +182,5 @@ TEST_F(HttpServerTest, ShutdownDrainsStreams) {
 }
 
 }  // namespace
+}  // namespace test_http_server
 }  // namespace vllm::server

@@ -15,6 +15,7 @@
 #include "http_server_fixture.h"
 
 namespace vllm::server {
+namespace test_http_transport {
 namespace {
 
 using testing::HttpServerFixture;
@@ -438,4 +439,5 @@ TEST_F(HttpTransportTest, Tls) {
 }
 
 }  // namespace
+}  // namespace test_http_transport
 }  // namespace vllm::server

@@ -19,6 +19,7 @@
 #include "tensor/kv_cache.h"
 
 namespace vllm {
+namespace test_kv_cache_fp8 {
 namespace {
 
 // ---- The scaled conversion ----------------------------------------------------------------
@@ -271,4 +272,5 @@ TEST(Fp8KvCacheAttention, RefusesBadScales) {
 }
 
 }  // namespace
+}  // namespace test_kv_cache_fp8
 }  // namespace vllm

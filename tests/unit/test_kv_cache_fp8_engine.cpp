@@ -32,6 +32,7 @@
 #include "unit/tp_harness.h"
 
 namespace vllm {
+namespace test_kv_cache_fp8_engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -464,4 +465,5 @@ TEST(KvCacheDtypeCli, GenerateAndBenchTakeFp8AndEveryCommandRefusesOtherValues) 
 }
 
 }  // namespace
+}  // namespace test_kv_cache_fp8_engine
 }  // namespace vllm

@@ -14,6 +14,7 @@
 #include "engine/kv_cache_utils.h"
 
 namespace vllm::engine {
+namespace test_kv_cache_manager {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -480,4 +481,5 @@ TEST(KVCacheSizing, OverrideWinsButNeedsTwoBlocks) {
 }
 
 }  // namespace
+}  // namespace test_kv_cache_manager
 }  // namespace vllm::engine

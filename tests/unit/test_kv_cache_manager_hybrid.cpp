@@ -11,6 +11,7 @@
 #include "engine/kv_cache_manager.h"
 
 namespace vllm::engine {
+namespace test_kv_cache_manager_hybrid {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -195,4 +196,5 @@ TEST(KVCacheManagerHybrid, NoSnapshotForAnUncachedPrefix) {
 }
 
 }  // namespace
+}  // namespace test_kv_cache_manager_hybrid
 }  // namespace vllm::engine

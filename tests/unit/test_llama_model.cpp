@@ -16,6 +16,7 @@
 #include "unit/temp_dir.h"
 
 namespace vllm {
+namespace test_llama_model {
 namespace {
 
 namespace fs = std::filesystem;
@@ -152,4 +153,5 @@ TEST_P(TinyModelTest, MissingOrMisshapedTensorFailsAtLoadNamingIt) {
 INSTANTIATE_TEST_SUITE_P(Archs, TinyModelTest, ::testing::Values("llama", "qwen3"));
 
 }  // namespace
+}  // namespace test_llama_model
 }  // namespace vllm

@@ -30,6 +30,7 @@
 #include "unit/temp_dir.h"
 
 namespace vllm {
+namespace test_mamba_dtype {
 namespace {
 
 namespace fs = std::filesystem;
@@ -285,4 +286,5 @@ TEST(MambaDtypeModel, BadFlagFailsTheLoadNamingIt) {
 }
 
 }  // namespace
+}  // namespace test_mamba_dtype
 }  // namespace vllm

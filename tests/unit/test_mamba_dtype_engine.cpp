@@ -29,6 +29,7 @@
 #include "unit/tp_harness.h"
 
 namespace vllm::engine {
+namespace test_mamba_dtype_engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -242,4 +243,5 @@ TEST(MambaDtypeCli, GenerateAndBenchTakeTheFlagsAndRefuseBadValues) {
 }
 
 }  // namespace
+}  // namespace test_mamba_dtype_engine
 }  // namespace vllm::engine

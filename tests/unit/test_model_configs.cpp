@@ -11,6 +11,7 @@
 #include "model/weights.h"
 
 namespace vllm {
+namespace test_model_configs {
 namespace {
 
 namespace fs = std::filesystem;
@@ -79,4 +80,5 @@ INSTANTIATE_TEST_SUITE_P(Configs, ModelConfigTest, ::testing::ValuesIn(kModels),
                          });
 
 }  // namespace
+}  // namespace test_model_configs
 }  // namespace vllm

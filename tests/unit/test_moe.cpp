@@ -13,6 +13,7 @@
 #include "op_test_util.h"
 
 namespace vllm {
+namespace test_moe {
 namespace {
 
 using namespace vllm::test;  // NOLINT(google-build-using-namespace)
@@ -164,4 +165,5 @@ TEST(MoeExperts, RejectsBadIds) {
 }
 
 }  // namespace
+}  // namespace test_moe
 }  // namespace vllm

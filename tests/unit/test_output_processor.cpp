@@ -9,6 +9,7 @@
 #include "unit/golden_jsonl.h"
 
 namespace vllm::engine {
+namespace test_output_processor {
 namespace {
 
 class OutputProcessorTest : public ::testing::Test {
@@ -153,4 +154,5 @@ TEST(OutputProcessorNoTokenizer, StopStringsNeedATokenizer) {
 }
 
 }  // namespace
+}  // namespace test_output_processor
 }  // namespace vllm::engine

@@ -21,6 +21,7 @@
 #include "unit/temp_dir.h"
 
 namespace vllm {
+namespace test_qwen3_5_model {
 namespace {
 
 using testing::HybridCheckpointWriter;
@@ -356,4 +357,5 @@ TEST(HybridModelCache, ShapesAndBadBatches) {
 }
 
 }  // namespace
+}  // namespace test_qwen3_5_model
 }  // namespace vllm

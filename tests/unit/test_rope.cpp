@@ -11,6 +11,7 @@
 #include "op_test_util.h"
 
 namespace vllm {
+namespace test_rope {
 namespace {
 
 using namespace vllm::test;  // NOLINT(google-build-using-namespace)
@@ -338,4 +339,5 @@ TEST(RopeCache, RejectsUnknownTypesAndBadParameters) {
 }
 
 }  // namespace
+}  // namespace test_rope
 }  // namespace vllm

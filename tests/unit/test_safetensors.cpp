@@ -12,6 +12,7 @@
 #include "temp_dir.h"
 
 namespace vllm {
+namespace test_safetensors {
 namespace {
 
 using testing::TempDir;
@@ -365,4 +366,5 @@ TEST(Safetensors, AcceptsEdgeCasesTheReferenceAccepts) {
 }
 
 }  // namespace
+}  // namespace test_safetensors
 }  // namespace vllm

@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 
 namespace vllm {
+namespace test_sampler {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -449,4 +450,5 @@ TEST(SamplingOps, SampleFromLogitsNeverDrawsMaskedTokens) {
 }
 
 }  // namespace
+}  // namespace test_sampler
 }  // namespace vllm

@@ -10,6 +10,7 @@
 #include "engine/sampler.h"
 
 namespace vllm {
+namespace test_sampler_draws {
 namespace {
 
 Tensor make_logits(const std::vector<std::vector<float>>& rows) {
@@ -89,4 +90,5 @@ TEST(SamplerDraws, SampleUsesTakeDraws) {
 }
 
 }  // namespace
+}  // namespace test_sampler_draws
 }  // namespace vllm

@@ -11,6 +11,7 @@
 #include "engine/sampling_params.h"
 
 namespace vllm {
+namespace test_sampling_params {
 namespace {
 
 using nlohmann::json;
@@ -314,4 +315,5 @@ TEST(SamplingParamsJson, ParsedValuesStillGoThroughValidate) {
 }
 
 }  // namespace
+}  // namespace test_sampling_params
 }  // namespace vllm

@@ -6,6 +6,7 @@
 #include "server/metrics.h"
 
 namespace vllm::server {
+namespace test_server_metrics {
 namespace {
 
 bool has_line(const std::string& text, const std::string& line) {
@@ -131,4 +132,5 @@ TEST(ServerMetrics, PhaseTimesIterationTokensAndParams) {
 }
 
 }  // namespace
+}  // namespace test_server_metrics
 }  // namespace vllm::server

@@ -7,6 +7,7 @@
 #include "server/protocol.h"
 
 namespace vllm::server {
+namespace test_server_protocol {
 namespace {
 
 using nlohmann::json;
@@ -222,4 +223,5 @@ TEST(ServerProtocol, ErrorShape) {
 }
 
 }  // namespace
+}  // namespace test_server_protocol
 }  // namespace vllm::server

@@ -20,6 +20,7 @@
 #include "parallel/step_channel.h"
 
 namespace vllm::parallel {
+namespace test_shm_communicator {
 namespace {
 
 std::string fresh_name() {
@@ -240,4 +241,5 @@ TEST(ShmStepChannel, AbortEndsAWaitingReceive) {
 }
 
 }  // namespace
+}  // namespace test_shm_communicator
 }  // namespace vllm::parallel

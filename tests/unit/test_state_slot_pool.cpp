@@ -4,6 +4,7 @@
 #include "engine/state_slot_pool.h"
 
 namespace vllm::engine {
+namespace test_state_slot_pool {
 namespace {
 
 TEST(StateSlotPool, HandsOutSlotsInOrderUntilEmpty) {
@@ -44,4 +45,5 @@ TEST(StateSlotPool, FreedSlotsAreReusedLeastRecentlyFreedFirst) {
 }
 
 }  // namespace
+}  // namespace test_state_slot_pool
 }  // namespace vllm::engine

@@ -10,6 +10,7 @@
 #include "engine/state_snapshot_pool.h"
 
 namespace vllm::engine {
+namespace test_state_snapshot_pool {
 namespace {
 
 BlockHash h(uint64_t i) {
@@ -151,4 +152,5 @@ TEST(StateSnapshotPolicy, OutputBoundariesWhileDecoding) {
 }
 
 }  // namespace
+}  // namespace test_state_snapshot_pool
 }  // namespace vllm::engine

@@ -7,6 +7,7 @@
 #include "engine/step_message.h"
 
 namespace vllm::engine {
+namespace test_step_message {
 namespace {
 
 Tensor i64(std::vector<int64_t> v) {
@@ -118,4 +119,5 @@ TEST(StepMessage, MalformedBytesAreErrors) {
 }
 
 }  // namespace
+}  // namespace test_step_message
 }  // namespace vllm::engine

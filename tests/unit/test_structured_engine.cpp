@@ -19,6 +19,7 @@
 #include "tools/tiny_checkpoint.h"
 
 namespace vllm::engine {
+namespace test_structured_engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -306,4 +307,5 @@ TEST(StructuredEngine, BadConstraintsAreRefused) {
 }
 
 }  // namespace
+}  // namespace test_structured_engine
 }  // namespace vllm::engine

@@ -8,6 +8,7 @@
 #include "structured_test_util.h"
 
 namespace vllm::structured {
+namespace test_structured_grammar {
 namespace {
 
 using testing::byte_vocab;
@@ -353,4 +354,5 @@ TEST(StructuredAutomaton, SizeLimitIsAnError) {
 }
 
 }  // namespace
+}  // namespace test_structured_grammar
 }  // namespace vllm::structured

@@ -12,6 +12,7 @@
 #include "structured_test_util.h"
 
 namespace vllm::structured {
+namespace test_structured_json_schema {
 namespace {
 
 using J = nlohmann::ordered_json;
@@ -298,4 +299,5 @@ TEST(StructuredJsonSchema, RandomSchemasGiveValidOutputs) {
 }
 
 }  // namespace
+}  // namespace test_structured_json_schema
 }  // namespace vllm::structured

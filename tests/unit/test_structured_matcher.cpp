@@ -9,6 +9,7 @@
 #include "structured_test_util.h"
 
 namespace vllm::structured {
+namespace test_structured_matcher {
 namespace {
 
 using testing::allowed_texts;
@@ -185,4 +186,5 @@ TEST(StructuredMatcher, InlinedGrammarsHaveNoUncertainTokens) {
 }
 
 }  // namespace
+}  // namespace test_structured_matcher
 }  // namespace vllm::structured

@@ -15,6 +15,7 @@
 #include "tokenizer/tokenizer.h"
 
 namespace vllm::structured {
+namespace test_structured_real_vocab {
 namespace {
 
 namespace fs = std::filesystem;
@@ -161,4 +162,5 @@ TEST(StructuredRealVocab, CompilerCachesByText) {
 }
 
 }  // namespace
+}  // namespace test_structured_real_vocab
 }  // namespace vllm::structured

@@ -9,6 +9,7 @@
 #include "structured_test_util.h"
 
 namespace vllm::server {
+namespace test_structured_server {
 namespace {
 
 using nlohmann::ordered_json;
@@ -126,4 +127,5 @@ TEST(StructuredServer, RequiredOutputsBecomeCalls) {
 }
 
 }  // namespace
+}  // namespace test_structured_server
 }  // namespace vllm::server

@@ -3,6 +3,7 @@
 #include "tensor/tensor.h"
 
 namespace vllm {
+namespace test_tensor {
 namespace {
 
 TEST(DType, NamesRoundTrip) {
@@ -80,4 +81,5 @@ TEST(Status, ExpectedAndMacros) {
 }
 
 }  // namespace
+}  // namespace test_tensor
 }  // namespace vllm

@@ -20,6 +20,7 @@
 #include "unit/tp_harness.h"
 
 namespace vllm::engine {
+namespace test_tensor_parallel_engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -233,4 +234,5 @@ TEST(TensorParallelFailure, WorkersThatCannotStartAreErrors) {
 }
 
 }  // namespace
+}  // namespace test_tensor_parallel_engine
 }  // namespace vllm::engine

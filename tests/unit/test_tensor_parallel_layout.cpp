@@ -17,6 +17,7 @@
 #include "unit/temp_dir.h"
 
 namespace vllm {
+namespace test_tensor_parallel_layout {
 namespace {
 
 // Only a rank and a size: what the sharding helpers read.
@@ -228,4 +229,5 @@ TEST(DummyWeights, SlicesHoldTheFullTensorsElements) {
 }
 
 }  // namespace
+}  // namespace test_tensor_parallel_layout
 }  // namespace vllm

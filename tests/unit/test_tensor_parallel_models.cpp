@@ -27,6 +27,7 @@
 #include "unit/tp_harness.h"
 
 namespace vllm {
+namespace test_tensor_parallel_models {
 namespace {
 
 namespace fs = std::filesystem;
@@ -296,4 +297,5 @@ TEST(TensorParallel, IndivisibleShapesAreErrorsNamingTheDimension) {
 }
 
 }  // namespace
+}  // namespace test_tensor_parallel_models
 }  // namespace vllm

@@ -12,6 +12,7 @@
 #include "base/thread_pool.h"
 
 namespace vllm {
+namespace test_thread_pool {
 namespace {
 
 // Runs parallel_for over [begin, end) and checks each index was visited exactly once and
@@ -181,4 +182,5 @@ TEST(ThreadPool, DefaultThreadCountFromEnvironment) {
 }
 
 }  // namespace
+}  // namespace test_thread_pool
 }  // namespace vllm

@@ -12,6 +12,7 @@
 #include "tokenizer/tokenizer.h"
 
 namespace vllm {
+namespace test_tokenizer {
 namespace {
 
 // The value, or `fallback` when `e` holds an error (the test then fails on the mismatch).
@@ -447,4 +448,5 @@ TEST(IncrementalDetokenizer, RewritingDecoderWaitsForTheEnd) {
 }
 
 }  // namespace
+}  // namespace test_tokenizer
 }  // namespace vllm

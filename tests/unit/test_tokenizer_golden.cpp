@@ -17,6 +17,7 @@
 #include "unit/golden_jsonl.h"
 
 namespace vllm {
+namespace test_tokenizer_golden {
 namespace {
 
 namespace fs = std::filesystem;
@@ -132,4 +133,5 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerGoldenTest,
                          });
 
 }  // namespace
+}  // namespace test_tokenizer_golden
 }  // namespace vllm

@@ -18,6 +18,7 @@
 #include "tokenizer/unicode_util.h"
 
 namespace vllm {
+namespace test_tokenizer_real {
 namespace {
 
 // The value, or `fallback` when `e` holds an error (the test then fails on the mismatch).
@@ -231,4 +232,5 @@ TEST(RealTokenizer, StreamingAfterAPrompt) {
 }
 
 }  // namespace
+}  // namespace test_tokenizer_real
 }  // namespace vllm

@@ -9,6 +9,7 @@
 #include "server/tool_parser.h"
 
 namespace vllm::server {
+namespace test_tool_parser {
 namespace {
 
 using nlohmann::ordered_json;
@@ -255,4 +256,5 @@ TEST(ReasoningParser, StreamingHoldsOnlyPossibleTags) {
 }
 
 }  // namespace
+}  // namespace test_tool_parser
 }  // namespace vllm::server

@@ -4,6 +4,7 @@
 #include "ops/workspace.h"
 
 namespace vllm {
+namespace test_workspace {
 namespace {
 
 TEST(Workspace, ScopesReuseOverflowChunksWithinAStep) {
@@ -59,4 +60,5 @@ TEST(Workspace, FrozenRefusesToOverflow) {
 }
 
 }  // namespace
+}  // namespace test_workspace
 }  // namespace vllm
