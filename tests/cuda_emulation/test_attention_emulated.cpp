@@ -5,6 +5,12 @@
 // (one OS thread per CUDA thread is slow) but reach every code path: split and unsplit small
 // blocks, several tokens in a small block, large blocks with partial last tiles, every
 // tile shape (D 64/128/256 x F32/BF16), block sizes 16/32/64, GQA groups 1 to 16.
+//
+// An emulated small block costs about its keys (128 threads, barriers for every key tile), so
+// contexts are only as long as a path needs: a few hundred keys already split into several
+// 64-key chunks (attention_plan.h: at most 1024 / (R x Hk) chunks, each at least 32 keys
+// rounded up to 64) with a partial last chunk, beside a shorter request that fills fewer of
+// the grid's chunks and a 1-key one that is not split.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,15 +67,18 @@ Tensor run_emulated(const cuda_test::HostBatch& b, const AttnCase& c, bool tenso
 
 std::vector<AttnCase> emulated_cases() {
   return {
-      // Decode with key splitting: 1-chunk and 3-chunk requests in one batch.
-      {"decode split", {1, 1, 1}, {1, 700, 1500}, 2, 4, 64, 16},
-      {"decode split D=256", {1, 1}, {600, 5}, 1, 6, 256, 32},
-      // More chunks than a warp's lanes (63): the combine's second (m, l) per lane.
-      {"decode 63 chunks", {1}, {4000}, 1, 2, 64, 16},
+      // Decode with key splitting: 1-, 4- and 8-chunk requests in one batch (8 chunks of 64
+      // keys in the grid; the last chunks hold 8 and 2 keys).
+      {"decode split", {1, 1, 1}, {1, 200, 450}, 2, 4, 64, 16},
+      // 5 chunks of 64 keys (the D=256 kernels' 32-key tiles, two a chunk), the last partial.
+      {"decode split D=256", {1, 1}, {300, 5}, 1, 6, 256, 32},
+      // More chunks than a warp's lanes (40): the combine's second (m, l) on lanes 0-7, not on
+      // the others.
+      {"decode 40 chunks", {1}, {2500}, 1, 2, 64, 16},
       {"decode G=16", {1, 1}, {80, 33}, 1, 16, 128, 16},
-      {"decode no workspace", {1, 1}, {900, 31}, 1, 2, 128, 64, false},
-      // Several tokens in one small block, split.
-      {"5 queries at 1200", {5}, {1200}, 1, 2, 64, 16},
+      {"decode no workspace", {1, 1}, {400, 31}, 1, 2, 128, 64, false},
+      // Several tokens in one small block, split (10 chunks, the last of 24 keys).
+      {"5 queries at 600", {5}, {600}, 1, 2, 64, 16},
       // Prefill: large blocks (partial last tile) next to a small one.
       {"prefill varlen", {40, 3}, {40, 3}, 1, 2, 64, 16},
       {"prefill G=1 D=128", {70}, {70}, 2, 1, 128, 32},
