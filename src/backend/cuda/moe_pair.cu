@@ -76,8 +76,10 @@ __device__ __forceinline__ void stage(T* dst, const T* src, int n) {
 // The same for a block that runs before pdl_wait: x was written by a kernel that finished
 // before this one launched, so the loads go to L2 (ld.global.cg), where that kernel's writes
 // are, never to a line an earlier kernel left in this SM's L1.
-__device__ __forceinline__ void stage_from_l2(__nv_bfloat16* dst, const __nv_bfloat16* src, int n) {
-  for (int i = threadIdx.x; i < n / 8; i += kPairThreads) {
+// n * sizeof(T) is a multiple of 16.
+template <typename T>
+__device__ __forceinline__ void stage_from_l2(T* dst, const T* src, int n) {
+  for (int i = threadIdx.x; i < n * static_cast<int>(sizeof(T)) / 16; i += kPairThreads) {
     reinterpret_cast<int4*>(dst)[i] = __ldcg(reinterpret_cast<const int4*>(src) + i);
   }
 }
@@ -245,8 +247,8 @@ __device__ __forceinline__ uint4 load_weight_chunk(const __nv_bfloat16* p) {
 
 // The pair of gate/up block y. With the last slot ahead, the blocks of every token's last
 // slot come first (y < tokens), so they are the ones resident while the kernel before runs.
-template <bool kAhead>
-__device__ __forceinline__ int gate_up_pair(const PairParams<__nv_bfloat16>& p, int y) {
+template <bool kAhead, typename T>
+__device__ __forceinline__ int gate_up_pair(const PairParams<T>& p, int y) {
   if (!kAhead) return y;
   const int tokens = static_cast<int>(gridDim.y) / p.top_k;
   if (y < tokens) return y * p.top_k + p.top_k - 1;
@@ -438,14 +440,20 @@ __device__ __forceinline__ float dot_fp8_chunk(const uint4& w, float scale, cons
   return fmaf(dot, scale, acc);
 }
 
-template <typename T, bool kVec>
+// kAhead (MoePairArgs::last_slot_ahead, vector path only): a block of the last slot does all
+// its work before pdl_wait, as in moe_pair_gate_up_whole_kernel.
+template <typename T, bool kVec, bool kAhead>
 __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_fp8_kernel(PairParams<T> p) {
-  pdl_wait();
-  pdl_launch_next();
+  static_assert(kVec || !kAhead, "the shared slot goes ahead on the vector path only");
   extern __shared__ __align__(16) unsigned char smem[];
   T* x = reinterpret_cast<T*>(smem);  // [H]: the pair's token row
-  const int pair = blockIdx.y;
-  const int64_t e = p.ids[pair];
+  const int pair = gate_up_pair<kAhead>(p, blockIdx.y);
+  const bool ahead = kAhead && pair % p.top_k == p.top_k - 1;
+  if (!ahead) {
+    pdl_wait();
+    pdl_launch_next();
+  }
+  const int64_t e = ahead ? p.experts - 1 : p.ids[pair];
   if (e < 0 || e >= p.experts) return;  // the whole block; the down kernel skips this pair
   const int col = blockIdx.x * kPairWarps + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -470,9 +478,17 @@ __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_fp8_kernel(P
       }
     };
     load(lane);  // in flight while the block stages x
-    stage<T, 16 / sizeof(T)>(x, p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx, p.hidden);
+    const T* row = p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx;
+    if (ahead) {
+      stage_from_l2(x, row, p.hidden);
+    } else {
+      stage<T, 16 / sizeof(T)>(x, row, p.hidden);
+    }
     __syncthreads();
-    if (col >= p.inter) return;  // whole warps leave; no barrier below
+    if (col >= p.inter) {  // whole warps leave; no barrier below
+      if (ahead) pdl_wait();
+      return;
+    }
     for (int c0 = lane; c0 < chunks;) {
 #pragma unroll
       for (int i = 0; i < kFp8GateUpUnroll; ++i) {
@@ -504,14 +520,23 @@ __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_fp8_kernel(P
   if (lane == 0) {
     p.act[static_cast<int64_t>(pair) * p.inter + col] = from_float<T>(g / (1.0f + expf(-g)) * u);
   }
+  if (ahead) {  // the kernel must not finish before the ones it follows
+    pdl_wait();
+    pdl_launch_next();
+  }
 }
 
 // Block: one warp per slot (slots past kDownMaxWarps wrap around), kDownRows output rows.
-template <typename T, bool kVec>
+// kAhead (MoePairArgs::last_slot_ahead, vector path only): the warp of every token's last
+// slot issues its weight loads before pdl_wait, as in moe_pair_down_whole_kernel.
+template <typename T, bool kVec, bool kAhead>
 __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
     moe_pair_down_fp8_kernel(PairParams<T> p) {
-  pdl_wait();
-  pdl_launch_next();
+  static_assert(kVec || !kAhead, "the shared slot goes ahead on the vector path only");
+  if constexpr (!kAhead) {
+    pdl_wait();
+    pdl_launch_next();
+  }
   extern __shared__ __align__(16) unsigned char smem[];
   // [kMoePairMaxSlots][kDownRows]: expert outputs, rounded to T
   auto* y_s = reinterpret_cast<float(*)[kDownRows]>(smem);
@@ -523,7 +548,9 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
   const int64_t first_pair = static_cast<int64_t>(t) * p.top_k;
   const int block_k = p.down_scales.block_k;
   for (int slot = warp; slot < p.top_k; slot += warps) {
-    const int64_t e = p.ids[first_pair + slot];
+    const bool ahead = kAhead && slot == p.top_k - 1;
+    if (kAhead && !ahead) pdl_wait();
+    const int64_t e = ahead ? p.experts - 1 : p.ids[first_pair + slot];
     const bool use = e >= 0 && e < p.experts;
     const int64_t ee = use ? e : 0;
     const T* act = p.act + (first_pair + slot) * p.inter;
@@ -553,6 +580,7 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
               }
             }
           }
+          if constexpr (kAhead) pdl_wait();  // act is the gate/up kernel's
 #pragma unroll
           for (int i = 0; i < kFp8DownUnroll; ++i) {
             const int ci = c + i * kWarpSize;
@@ -585,6 +613,10 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
       if (lane == r) y_s[slot][r] = y;
     }
   }
+  if constexpr (kAhead) {
+    pdl_wait();
+    pdl_launch_next();
+  }
   __syncthreads();
   combine_down_row(p, y_s, t, h0);
 }
@@ -612,7 +644,7 @@ Status run_fp8(void (*kernel)(PairParams<T>), const char* name, dim3 grid, unsig
 constexpr size_t kDownFp8SmemBytes = sizeof(float) * kMoePairMaxSlots * kDownRows;
 
 template <typename T>
-Status launch_pair_fp8(const PairParams<T>& p, const MoeProblem& pr, int64_t pairs,
+Status launch_pair_fp8(const PairParams<T>& p, const MoeProblem& pr, int64_t pairs, bool ahead,
                        cudaStream_t stream) {
   const bool vec_x = is_aligned(pr.x, 16) && (pr.tokens == 1 || (pr.ldx * sizeof(T)) % 16 == 0);
   const bool vec_gu = pr.hidden % kFp8Chunk == 0 && p.gate_up_scales.block_k % kFp8Chunk == 0 &&
@@ -620,16 +652,25 @@ Status launch_pair_fp8(const PairParams<T>& p, const MoeProblem& pr, int64_t pai
   const dim3 gu_grid(static_cast<unsigned>(ceil_div(pr.inter, kPairWarps)),
                      static_cast<unsigned>(pairs));
   const size_t x_smem = static_cast<size_t>(pr.hidden) * sizeof(T);
+  void (*gate_up)(PairParams<T>) = moe_pair_gate_up_fp8_kernel<T, false, false>;
+  if (vec_gu) {
+    gate_up = ahead ? moe_pair_gate_up_fp8_kernel<T, true, true>
+                    : moe_pair_gate_up_fp8_kernel<T, true, false>;
+  }
   VLLM_RETURN_IF_ERROR(
-      run_fp8(vec_gu ? moe_pair_gate_up_fp8_kernel<T, true> : moe_pair_gate_up_fp8_kernel<T, false>,
-              "moe_pair_gate_up_fp8_kernel", gu_grid, kPairThreads, x_smem, stream, p));
+      run_fp8(gate_up, "moe_pair_gate_up_fp8_kernel", gu_grid, kPairThreads, x_smem, stream, p));
   const dim3 dn_grid(static_cast<unsigned>(ceil_div(pr.hidden, kDownRows)),
                      static_cast<unsigned>(pr.tokens));
   const unsigned dn_threads = static_cast<unsigned>(std::min(p.top_k, kDownMaxWarps) * kWarpSize);
   const bool vec_dn = pr.inter % kFp8Chunk == 0 && p.down_scales.block_k % kFp8Chunk == 0 &&
                       is_aligned(pr.down, 16) && is_aligned(pr.act, 16);
-  return run_fp8(vec_dn ? moe_pair_down_fp8_kernel<T, true> : moe_pair_down_fp8_kernel<T, false>,
-                 "moe_pair_down_fp8_kernel", dn_grid, dn_threads, kDownFp8SmemBytes, stream, p);
+  void (*down)(PairParams<T>) = moe_pair_down_fp8_kernel<T, false, false>;
+  if (vec_dn) {
+    down =
+        ahead ? moe_pair_down_fp8_kernel<T, true, true> : moe_pair_down_fp8_kernel<T, true, false>;
+  }
+  return run_fp8(down, "moe_pair_down_fp8_kernel", dn_grid, dn_threads, kDownFp8SmemBytes, stream,
+                 p);
 }
 
 template <typename T>
@@ -663,7 +704,7 @@ Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stre
     p.down8 = static_cast<const uint8_t*>(pr.down);
     p.gate_up_scales = pr.gate_up_scales;
     p.down_scales = pr.down_scales;
-    return launch_pair_fp8(p, pr, pairs, stream);
+    return launch_pair_fp8(p, pr, pairs, a.last_slot_ahead, stream);
   }
   const dim3 gu_grid(static_cast<unsigned>(ceil_div(pr.inter, kPairWarps)),
                      static_cast<unsigned>(pairs));
