@@ -86,6 +86,10 @@ struct GatedNormParams {
   float eps;
 };
 
+// Heads of up to this many elements a lane (256 at a warp's 32 lanes: Qwen's 128) are held in
+// registers.
+constexpr int kGatedNormMaxPerLane = 8;
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) gated_rms_norm_kernel(GatedNormParams<T> p) {
   pdl_wait();
@@ -99,6 +103,33 @@ __global__ void __launch_bounds__(kThreads) gated_rms_norm_kernel(GatedNormParam
   const T* x = p.x + t * p.x_stride + col;
   const T* z = p.z + t * p.z_stride + col;
   T* out = p.out + t * p.out_stride + col;
+  if (p.dim <= kGatedNormMaxPerLane * detail::kWarpSize) {
+    // The head in registers: every load of x, z and the weight in flight at once (one round
+    // trip, where the loops below take one per element of a lane), the sums in the same order.
+    float xv[kGatedNormMaxPerLane], zv[kGatedNormMaxPerLane], wv[kGatedNormMaxPerLane];
+#pragma unroll
+    for (int j = 0; j < kGatedNormMaxPerLane; ++j) {
+      const int i = lane + j * detail::kWarpSize;
+      if (i < p.dim) {
+        xv[j] = to_float(x[i]);
+        zv[j] = to_float(z[i]);
+        wv[j] = load_param(p.weight, i);
+      }
+    }
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kGatedNormMaxPerLane; ++j) {
+      if (lane + j * detail::kWarpSize < p.dim) sum_sq += xv[j] * xv[j];
+    }
+    sum_sq = detail::warp_sum(sum_sq);
+    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(p.dim) + p.eps);
+#pragma unroll
+    for (int j = 0; j < kGatedNormMaxPerLane; ++j) {
+      const int i = lane + j * detail::kWarpSize;
+      if (i < p.dim) out[i] = from_float<T>((wv[j] * (xv[j] * inv_rms)) * silu(zv[j]));
+    }
+    return;
+  }
   float sum_sq = 0.0f;
   for (int i = lane; i < p.dim; i += detail::kWarpSize) {
     const float v = to_float(x[i]);
