@@ -62,6 +62,27 @@ Status add_rms_norm_linear(const ExecContext& ctx, const Tensor& x, const Tensor
                            const Tensor& norm_weight, float eps, bool unit_offset,
                            const LinearWeight& weight, Tensor& residual_out, Tensor& normed,
                            Tensor& out);
+// The MoE router's add_rms_norm_linear with its routing in the same launch: moe_route (below)
+// of out's first `experts` columns (and the shared slot from column `experts`) into
+// topk_weights / topk_ids, the numbers of the two calls bit for bit. On CUDA where
+// add_rms_norm_linear_route_fits() accepts the product (a BF16 router of at most one 16-row
+// tile per SM, out F32); elsewhere kUnsupported. counter: an I32 [1] device tensor, zero before
+// the first call and left at zero by every call; one per call site (calls sharing one must not
+// run at once).
+struct RouteAfter {
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  bool renormalize = false;
+  bool shared_slot = false;
+  Tensor counter;
+};
+bool add_rms_norm_linear_route_fits(const ExecContext& ctx, const Tensor& x,
+                                    const Tensor& norm_weight, const LinearWeight& weight);
+Status add_rms_norm_linear_route(const ExecContext& ctx, const Tensor& x, const Tensor& residual,
+                                 const Tensor& norm_weight, float eps, bool unit_offset,
+                                 const LinearWeight& weight, Tensor& residual_out, Tensor& normed,
+                                 Tensor& out, const RouteAfter& route, Tensor& topk_weights,
+                                 Tensor& topk_ids);
 // The residual add and RMSNorm in front of a layer whose first product takes them in
 // (add_rms_norm_linear): residual_out = residual + x, the layer's input RMSNorm(residual_out).
 struct AddRmsNorm {
