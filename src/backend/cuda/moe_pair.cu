@@ -334,10 +334,13 @@ __global__ void __launch_bounds__(kPairThreads, 2)
 // 16,384), so a batch-1 grid of 256 blocks is one wave.
 constexpr int kWholeDownUnroll = 2;
 
-// kAhead (MoePairArgs::last_slot_ahead): the warp of every token's last slot issues its
-// first round of weight loads before pdl_wait, its expert needing no routing. (pdl_wait
-// returns at once after the first time, so each round calls it rather than keeping a
-// register to know.)
+// kAhead (MoePairArgs::last_slot_ahead): every warp issues its first round of weight loads
+// before pdl_wait. The last slot's expert needs no routing; the routed slots' ids come from
+// the routing, which finished before the gate/up kernel between it and this one passed its
+// pdl_wait, so before this kernel launched: they are read through L2 (ld.global.cg), never
+// from a line an earlier kernel left in this SM's L1. Only the act rows, the gate/up kernel's,
+// wait. (pdl_wait returns at once after the first time, so each round calls it rather than
+// keeping a register to know.)
 template <bool kAhead>
 __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloat16> p) {
   using T = __nv_bfloat16;
@@ -356,8 +359,9 @@ __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloa
   const int chunks = p.inter / kN;
   for (int slot = warp; slot < p.top_k; slot += warps) {
     const bool ahead = kAhead && slot == p.top_k - 1;
-    if (kAhead && !ahead) pdl_wait();
-    const int64_t e = ahead ? p.experts - 1 : p.ids[first_pair + slot];
+    const int64_t e = ahead    ? p.experts - 1
+                      : kAhead ? __ldcg(p.ids + first_pair + slot)
+                               : p.ids[first_pair + slot];
     const bool use = e >= 0 && e < p.experts;
     const T* base = p.down + (use ? e : 0) * p.hidden * static_cast<int64_t>(p.inter);
     const T* act = p.act + (first_pair + slot) * p.inter;
@@ -527,8 +531,8 @@ __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_fp8_kernel(P
 }
 
 // Block: one warp per slot (slots past kDownMaxWarps wrap around), kDownRows output rows.
-// kAhead (MoePairArgs::last_slot_ahead, vector path only): the warp of every token's last
-// slot issues its weight loads before pdl_wait, as in moe_pair_down_whole_kernel.
+// kAhead (MoePairArgs::last_slot_ahead, vector path only): every warp issues its weight loads
+// before pdl_wait, the routed slots' ids read through L2, as in moe_pair_down_whole_kernel.
 template <typename T, bool kVec, bool kAhead>
 __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
     moe_pair_down_fp8_kernel(PairParams<T> p) {
@@ -549,8 +553,9 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
   const int block_k = p.down_scales.block_k;
   for (int slot = warp; slot < p.top_k; slot += warps) {
     const bool ahead = kAhead && slot == p.top_k - 1;
-    if (kAhead && !ahead) pdl_wait();
-    const int64_t e = ahead ? p.experts - 1 : p.ids[first_pair + slot];
+    const int64_t e = ahead    ? p.experts - 1
+                      : kAhead ? __ldcg(p.ids + first_pair + slot)
+                               : p.ids[first_pair + slot];
     const bool use = e >= 0 && e < p.experts;
     const int64_t ee = use ? e : 0;
     const T* act = p.act + (first_pair + slot) * p.inter;
