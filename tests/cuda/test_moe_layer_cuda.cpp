@@ -157,5 +157,74 @@ TEST(MoeLayerCuda, MatchesCpuForBothCheckpointLayouts) {
   }
 }
 
+// forward_add_norm at decode with a router that takes the norm and the routing into its launch
+// (hidden 2048: add_rms_norm_linear_route) against the residual add and norm run first and then
+// forward: the router's logits are the plain GEMV's of the same launch shape, so the routing,
+// the experts and the output are the same bits; residual_out too. One and two tokens, with the
+// shared expert as a routed slot and without a shared expert; the same layer twice in a row
+// (its routing counter must be back at zero for the next call).
+TEST(MoeLayerCuda, RoutingInTheRouterLaunchMatchesTheSeparateOps) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA MoE layer test skipped";
+  const LayerCase cases[] = {
+      {"shared expert as a slot", {2048, 64, 8, 64, 64, true}},
+      {"no shared expert, softmax weights", {2048, 48, 4, 32, 0, false}},
+  };
+  std::mt19937 rng(5);
+  for (const LayerCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto rt = DeviceRuntime::create(Device::cuda(), DType::kBF16);
+    ASSERT_TRUE(rt.has_value()) << rt.status().to_string();
+    const ExecContext& ctx = (*rt)->context();
+    MapWeights source = layer_weights(c.spec, /*fused=*/true, 3);
+    DeviceWeights device(source, ctx);
+    MoeLayer layer;
+    ASSERT_OK(layer.load(device, "mlp.", c.spec, ctx));
+    auto norm_w = ops::upload(ctx, random_weight({c.spec.hidden_size}, rng, 0.5f));
+    ASSERT_TRUE(norm_w.has_value());
+    auto norm_bf16 = ctx.act({c.spec.hidden_size});
+    ASSERT_TRUE(norm_bf16.has_value());
+    ASSERT_OK(ops::convert(ctx, *norm_w, *norm_bf16));
+    for (int64_t tokens : {int64_t{1}, int64_t{2}, int64_t{1}}) {
+      SCOPED_TRACE(std::to_string(tokens) + " tokens");
+      ASSERT_OK((*rt)->workspace().reset());
+      const int64_t h = c.spec.hidden_size;
+      auto upload_act = [&](const Tensor& host) {
+        auto f32 = ops::upload(ctx, host);
+        EXPECT_TRUE(f32.has_value());
+        auto a = ctx.act(host.shape());
+        EXPECT_TRUE(a.has_value());
+        EXPECT_TRUE(ops::convert(ctx, *f32, *a).is_ok());
+        return *a;
+      };
+      const Tensor x =
+          upload_act(to_f32(random_tensor({tokens, h}, DType::kBF16, rng, 0.0f, 1.0f)));
+      auto residual = ops::upload(ctx, random_tensor({tokens, h}, DType::kF32, rng, 0.0f, 4.0f));
+      ASSERT_TRUE(residual.has_value());
+      ASSERT_TRUE(layer.fuses_norm(ctx, x, *norm_bf16));
+      auto residual_out = ctx.alloc({tokens, h}, DType::kF32);
+      auto out = ctx.act({tokens, h});
+      ASSERT_TRUE(residual_out.has_value() && out.has_value());
+      ASSERT_OK(
+          layer.forward_add_norm(ctx, x, *residual, *norm_bf16, 1e-6f, true, *residual_out, *out));
+      // The separate ops: the add and norm in place on copies, then forward.
+      auto ref_x = ctx.act({tokens, h});
+      auto ref_residual = ctx.alloc({tokens, h}, DType::kF32);
+      auto ref_out = ctx.act({tokens, h});
+      ASSERT_TRUE(ref_x.has_value() && ref_residual.has_value() && ref_out.has_value());
+      ASSERT_OK(ops::copy(ctx, x, *ref_x));
+      ASSERT_OK(ops::copy(ctx, *residual, *ref_residual));
+      ASSERT_OK(ops::fused_add_rms_norm(ctx, *ref_x, *ref_residual, *norm_bf16, 1e-6f, true));
+      ASSERT_OK(layer.forward(ctx, *ref_x, *ref_out));
+      for (auto [got, want] :
+           {std::pair<Tensor*, Tensor*>{&*out, &*ref_out}, {&*residual_out, &*ref_residual}}) {
+        auto g = ops::to_host(ctx, *got);
+        auto w = ops::to_host(ctx, *want);
+        ASSERT_TRUE(g.has_value() && w.has_value());
+        EXPECT_TRUE(same_values(to_f32(*g), to_f32(*w)));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vllm
