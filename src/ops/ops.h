@@ -161,6 +161,12 @@ Status causal_conv1d(const ExecContext& ctx, const Tensor& x, const Tensor& weig
                      Tensor& out);
 Status gdn_gating(const ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& A_log,
                   const Tensor& dt_bias, Tensor& g, Tensor& beta);
+// causal_conv1d, then gdn_gating: on CUDA in one launch (the gating in blocks of the conv's
+// kernel: the same bits as the two ops).
+Status causal_conv1d_gating(const ExecContext& ctx, const Tensor& x, const Tensor& weight,
+                            const Tensor& bias, const BatchLayout& layout, Tensor& conv_state,
+                            Tensor& out, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                            const Tensor& dt_bias, Tensor& g, Tensor& beta);
 struct DeltaRuleArgs {
   bool use_qk_l2norm = true;
   float l2norm_eps = 1e-6f;

@@ -17,6 +17,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_batch.cuh"
+#include "backend/cuda/gdn_gating.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -34,40 +35,16 @@ using detail::to_float;
 
 constexpr int kThreads = 256;
 
-// torch.nn.functional.softplus with beta 1 and threshold 20.
-__device__ __forceinline__ float softplus(float v) {
-  return v > 20.0f ? v : log1pf(expf(v));
-}
-
 // ---- gdn_gating ------------------------------------------------------------------------
 
 template <typename T>
-struct GatingParams {
-  const T* a;
-  const T* b;
-  float* g;
-  float* beta;
-  ParamVec A_log;    // [heads]
-  ParamVec dt_bias;  // [heads]
-  int64_t a_stride, b_stride, g_stride, beta_stride;
-  int64_t total;  // tokens * heads
-  int heads;
-};
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads) gdn_gating_kernel(GatingParams<T> p) {
+__global__ void __launch_bounds__(kThreads) gdn_gating_kernel(detail::GatingParams<T> p) {
   pdl_wait();
   pdl_launch_next();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.total;
        i += stride) {
-    const int64_t t = i / p.heads;
-    const int h = static_cast<int>(i % p.heads);
-    const float neg_a = -expf(load_param(p.A_log, h));
-    const float a = to_float(p.a[t * p.a_stride + h]);
-    p.g[t * p.g_stride + h] = neg_a * softplus(a + load_param(p.dt_bias, h));
-    const float b = to_float(p.b[t * p.b_stride + h]);
-    p.beta[t * p.beta_stride + h] = 1.0f / (1.0f + expf(-b));
+    detail::gdn_gate(p, i);
   }
 }
 
@@ -159,9 +136,11 @@ int grid_for(int64_t threads_needed) {
 
 }  // namespace
 
-Status gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
-                  Tensor& g, Tensor& beta, cudaStream_t stream) {
-  constexpr std::string_view kOp = "cuda::gdn_gating";
+namespace detail {
+
+Expected<GatingOperands> check_gating(std::string_view kOp, const Tensor& a, const Tensor& b,
+                                      const Tensor& A_log, const Tensor& dt_bias, Tensor& g,
+                                      Tensor& beta) {
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "a", a, {DType::kF32, DType::kBF16}));
   VLLM_RETURN_IF_ERROR(check_2d(kOp, "a", a));
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "b", b));
@@ -188,43 +167,44 @@ Status gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const T
                         t->to_string(), shape_to_string(a.shape()));
     }
   }
-  VLLM_ASSIGN_OR_RETURN(detail::Rows a_rows, detail::as_rows(kOp, "a", a));
-  VLLM_ASSIGN_OR_RETURN(detail::Rows b_rows, detail::as_rows(kOp, "b", b));
-  VLLM_ASSIGN_OR_RETURN(detail::Rows g_rows, detail::as_rows(kOp, "g", g));
-  VLLM_ASSIGN_OR_RETURN(detail::Rows beta_rows, detail::as_rows(kOp, "beta", beta));
+  GatingOperands o;
+  VLLM_ASSIGN_OR_RETURN(o.a, detail::as_rows(kOp, "a", a));
+  VLLM_ASSIGN_OR_RETURN(o.b, detail::as_rows(kOp, "b", b));
+  VLLM_ASSIGN_OR_RETURN(o.g, detail::as_rows(kOp, "g", g));
+  VLLM_ASSIGN_OR_RETURN(o.beta, detail::as_rows(kOp, "beta", beta));
   // Outputs share no memory with the inputs or each other (a thread writes g, then reads b).
   const size_t act_size = a.element_size();
   for (auto [name, rows] :
-       {std::pair<std::string_view, const detail::Rows*>{"g", &g_rows}, {"beta", &beta_rows}}) {
+       {std::pair<std::string_view, const detail::Rows*>{"g", &o.g}, {"beta", &o.beta}}) {
     VLLM_RETURN_IF_ERROR(
-        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "a", a_rows, act_size));
+        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "a", o.a, act_size));
     VLLM_RETURN_IF_ERROR(
-        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "b", b_rows, act_size));
+        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "b", o.b, act_size));
   }
   VLLM_RETURN_IF_ERROR(
-      detail::check_no_overlap(kOp, "g", g_rows, sizeof(float), "beta", beta_rows, sizeof(float)));
-  if (tokens == 0 || heads == 0) return Status::ok();
+      detail::check_no_overlap(kOp, "g", o.g, sizeof(float), "beta", o.beta, sizeof(float)));
   if (heads > INT_MAX) {
     return make_error(ErrorCode::kUnsupported, "{}: {} heads are too many", kOp, heads);
   }
+  o.A_log = detail::as_param(A_log);
+  o.dt_bias = detail::as_param(dt_bias);
+  o.tokens = tokens;
+  o.heads = heads;
+  return o;
+}
 
+}  // namespace detail
+
+Status gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                  Tensor& g, Tensor& beta, cudaStream_t stream) {
+  VLLM_ASSIGN_OR_RETURN(detail::GatingOperands o,
+                        detail::check_gating("cuda::gdn_gating", a, b, A_log, dt_bias, g, beta));
+  if (o.tokens == 0 || o.heads == 0) return Status::ok();
   DeviceGuard guard(a.device());
   VLLM_RETURN_IF_ERROR(guard.status());
   auto run = [&](auto type_tag) {
     using T = decltype(type_tag);
-    GatingParams<T> p{};
-    p.a = static_cast<const T*>(a_rows.data);
-    p.b = static_cast<const T*>(b_rows.data);
-    p.g = static_cast<float*>(g_rows.data);
-    p.beta = static_cast<float*>(beta_rows.data);
-    p.A_log = detail::as_param(A_log);
-    p.dt_bias = detail::as_param(dt_bias);
-    p.a_stride = a_rows.row_stride;
-    p.b_stride = b_rows.row_stride;
-    p.g_stride = g_rows.row_stride;
-    p.beta_stride = beta_rows.row_stride;
-    p.total = tokens * heads;
-    p.heads = static_cast<int>(heads);
+    const detail::GatingParams<T> p = detail::gating_params<T>(o);
     launch_pdl(gdn_gating_kernel<T>, grid_for(p.total), kThreads, 0, stream, p);
     return check_launch("gdn_gating_kernel");
   };
