@@ -93,39 +93,6 @@ Status add_rms_norm_linear(const ExecContext& ctx, const Tensor& x, const Tensor
   return unsupported("add_rms_norm_linear", out);
 }
 
-bool add_rms_norm_linear_route_fits(const ExecContext& ctx, const Tensor& x,
-                                    const Tensor& norm_weight, const LinearWeight& weight) {
-#if VLLM_WITH_CUDA
-  return add_rms_norm_linear_fits(ctx, x, norm_weight, weight) &&
-         cuda::add_rms_norm_linear_route_fits(x, weight);
-#else
-  (void)ctx, (void)x, (void)norm_weight, (void)weight;
-  return false;
-#endif
-}
-
-Status add_rms_norm_linear_route(const ExecContext& ctx, const Tensor& x, const Tensor& residual,
-                                 const Tensor& norm_weight, float eps, bool unit_offset,
-                                 const LinearWeight& weight, Tensor& residual_out, Tensor& normed,
-                                 Tensor& out, const RouteAfter& route, Tensor& topk_weights,
-                                 Tensor& topk_ids) {
-  VLLM_PROFILE_SCOPE("add_rms_norm_linear_route");
-#if VLLM_WITH_CUDA
-  if (out.device().is_cuda()) {
-    cuda::MoeRouteAfter r;
-    r.experts = route.experts;
-    r.top_k = route.top_k;
-    r.renormalize = route.renormalize;
-    r.shared_slot = route.shared_slot;
-    r.counter = route.counter;
-    return cuda::add_rms_norm_linear_route(x, residual, norm_weight, eps, unit_offset, weight,
-                                           residual_out, normed, out, r, topk_weights, topk_ids,
-                                           stream(ctx));
-  }
-#endif
-  return unsupported("add_rms_norm_linear_route", out);
-}
-
 Status add_rms_norm_linear(const ExecContext& ctx, const AddRmsNorm& norm,
                            const LinearWeight& weight, Tensor& out) {
   Tensor residual_out = norm.residual_out, normed;  // normed undefined: not stored

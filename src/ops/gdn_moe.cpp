@@ -59,22 +59,6 @@ Status gdn_gating(const ExecContext& ctx, const Tensor& a, const Tensor& b, cons
   return unsupported("gdn_gating", g);
 }
 
-Status causal_conv1d_gating(const ExecContext& ctx, const Tensor& x, const Tensor& weight,
-                            const Tensor& bias, const BatchLayout& layout, Tensor& conv_state,
-                            Tensor& out, const Tensor& a, const Tensor& b, const Tensor& A_log,
-                            const Tensor& dt_bias, Tensor& g, Tensor& beta) {
-#if VLLM_WITH_CUDA
-  if (out.device().is_cuda()) {
-    VLLM_PROFILE_SCOPE("causal_conv1d_gating");
-    cuda::GdnConvGating gating{a, b, A_log, dt_bias, g, beta};
-    return cuda::causal_conv1d(x, weight, bias, cuda_batch(layout), conv_state, out, stream(ctx),
-                               &gating);
-  }
-#endif
-  VLLM_RETURN_IF_ERROR(causal_conv1d(ctx, x, weight, bias, layout, conv_state, out));
-  return gdn_gating(ctx, a, b, A_log, dt_bias, g, beta);
-}
-
 Status gated_delta_rule(const ExecContext& ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& g, const Tensor& beta, const BatchLayout& layout,
                         const DeltaRuleArgs& args, Tensor& state, Tensor& out) {

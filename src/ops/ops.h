@@ -62,27 +62,6 @@ Status add_rms_norm_linear(const ExecContext& ctx, const Tensor& x, const Tensor
                            const Tensor& norm_weight, float eps, bool unit_offset,
                            const LinearWeight& weight, Tensor& residual_out, Tensor& normed,
                            Tensor& out);
-// The MoE router's add_rms_norm_linear with its routing in the same launch: moe_route (below)
-// of out's first `experts` columns (and the shared slot from column `experts`) into
-// topk_weights / topk_ids, the numbers of the two calls bit for bit. On CUDA where
-// add_rms_norm_linear_route_fits() accepts the product (a BF16 router of at most one 16-row
-// tile per SM, out F32); elsewhere kUnsupported. counter: an I32 [1] device tensor, zero before
-// the first call and left at zero by every call; one per call site (calls sharing one must not
-// run at once).
-struct RouteAfter {
-  int64_t experts = 0;
-  int64_t top_k = 0;
-  bool renormalize = false;
-  bool shared_slot = false;
-  Tensor counter;
-};
-bool add_rms_norm_linear_route_fits(const ExecContext& ctx, const Tensor& x,
-                                    const Tensor& norm_weight, const LinearWeight& weight);
-Status add_rms_norm_linear_route(const ExecContext& ctx, const Tensor& x, const Tensor& residual,
-                                 const Tensor& norm_weight, float eps, bool unit_offset,
-                                 const LinearWeight& weight, Tensor& residual_out, Tensor& normed,
-                                 Tensor& out, const RouteAfter& route, Tensor& topk_weights,
-                                 Tensor& topk_ids);
 // The residual add and RMSNorm in front of a layer whose first product takes them in
 // (add_rms_norm_linear): residual_out = residual + x, the layer's input RMSNorm(residual_out).
 struct AddRmsNorm {
@@ -161,12 +140,6 @@ Status causal_conv1d(const ExecContext& ctx, const Tensor& x, const Tensor& weig
                      Tensor& out);
 Status gdn_gating(const ExecContext& ctx, const Tensor& a, const Tensor& b, const Tensor& A_log,
                   const Tensor& dt_bias, Tensor& g, Tensor& beta);
-// causal_conv1d, then gdn_gating: on CUDA in one launch (the gating in blocks of the conv's
-// kernel: the same bits as the two ops).
-Status causal_conv1d_gating(const ExecContext& ctx, const Tensor& x, const Tensor& weight,
-                            const Tensor& bias, const BatchLayout& layout, Tensor& conv_state,
-                            Tensor& out, const Tensor& a, const Tensor& b, const Tensor& A_log,
-                            const Tensor& dt_bias, Tensor& g, Tensor& beta);
 struct DeltaRuleArgs {
   bool use_qk_l2norm = true;
   float l2norm_eps = 1e-6f;

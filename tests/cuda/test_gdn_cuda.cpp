@@ -32,7 +32,6 @@
 #include "backend/cpu/gdn.h"
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/runtime.h"
-#include "cuda_device_util.h"
 #include "cuda_test_util.h"
 #include "gdn_cuda_test_util.h"
 
@@ -421,83 +420,6 @@ TEST_F(GdnCuda, GatingMatchesCpu) {
       EXPECT_TRUE(relative_l2(host_f32(beta_gpu), beta_ref, kF32Tolerance)) << "beta";
     }
   }
-}
-
-// causal_conv1d with the gating in its launch (GdnConvGating) against the two kernels: the
-// conv's outputs and state and g and beta are the same bits. The projection as the model lays
-// it out (conv channels, z, then b and a per value head); decode batches (one row a request,
-// with and without the early loads, a padding request) and a mixed batch in chunks; the
-// gating's blocks past the conv's.
-TEST_F(GdnCuda, ConvWithGatingMatchesTheTwoKernels) {
-  struct Case {
-    std::string name;
-    int64_t channels, value_dim, heads;
-    std::vector<int32_t> lens;
-    bool settled;
-  };
-  const Case cases[] = {
-      {"35B-A3B decode", 8192, 4096, 32, {1}, true},
-      {"4B decode x3, loads after the wait", kConvDim4B, kValueDim4B, 32, {1, 1, 1}, false},
-      {"small decode x64", 256, 128, 4, std::vector<int32_t>(64, 1), true},
-      {"mixed batch", 512, 256, 8, {1, 37, 5, 300}, true},
-  };
-  for (const Case& c : cases) {
-    for (DType act : kActs) {
-      SCOPED_TRACE(c.name + " " + std::string(dtype_name(act)));
-      Batch b = make_batch(c.lens, static_cast<int64_t>(c.lens.size()) + 3, rng_);
-      if (c.lens.size() > 1) b.slots[1] = -1;  // a padding request: no state
-      const int64_t tokens = b.tokens(), hv = c.heads;
-      const int64_t cols = c.channels + c.value_dim + 2 * hv;
-      Tensor proj = dev(random_tensor({tokens, cols}, act, rng_, 2.0f, 12.0f));
-      Tensor w = dev(random_tensor({c.channels, 4}, DType::kBF16, rng_, 0.0f, 0.5f));
-      Tensor A_log = dev(random_tensor({hv}, DType::kF32, rng_, 0.0f, 1.0f));
-      Tensor dt_bias = dev(random_tensor({hv}, DType::kF32, rng_, 0.0f, 1.0f));
-      Tensor state0 = random_tensor({b.size() + 3, c.channels, 3}, DType::kF32, rng_, 0.0f, 1.0f);
-      const Tensor x = proj.slice(1, 0, c.channels);
-      const Tensor bb = proj.slice(1, c.channels + c.value_dim, c.channels + c.value_dim + hv);
-      const Tensor a = proj.slice(1, c.channels + c.value_dim + hv, cols);
-      DeviceBatch db = upload(b);
-      db.view.states_settled = c.settled;
-
-      Tensor ref_state = dev(state0), ref_out = dev(fill_nan({tokens, c.channels}, act));
-      Tensor ref_g = dev(fill_nan({tokens, hv}, DType::kF32));
-      Tensor ref_beta = dev(fill_nan({tokens, hv}, DType::kF32));
-      GDN_ASSERT_OK(cuda::causal_conv1d(x, w, Tensor(), db.view, ref_state, ref_out, kStream));
-      GDN_ASSERT_OK(cuda::gdn_gating(a, bb, A_log, dt_bias, ref_g, ref_beta, kStream));
-
-      Tensor state = dev(state0), out = dev(fill_nan({tokens, c.channels}, act));
-      cuda::GdnConvGating gating{a,
-                                 bb,
-                                 A_log,
-                                 dt_bias,
-                                 dev(fill_nan({tokens, hv}, DType::kF32)),
-                                 dev(fill_nan({tokens, hv}, DType::kF32))};
-      GDN_ASSERT_OK(cuda::causal_conv1d(x, w, Tensor(), db.view, state, out, kStream, &gating));
-      EXPECT_TRUE(cuda_test::same_values(host_f32(out), host_f32(ref_out))) << "out";
-      EXPECT_TRUE(cuda_test::same_values(host_f32(state), host_f32(ref_state))) << "conv_state";
-      EXPECT_TRUE(cuda_test::same_values(host_f32(gating.g), host_f32(ref_g))) << "g";
-      EXPECT_TRUE(cuda_test::same_values(host_f32(gating.beta), host_f32(ref_beta))) << "beta";
-    }
-  }
-  // Outputs that overlap the other op's operands are refused.
-  Batch b = make_batch({1, 1}, 4, rng_);
-  const DeviceBatch db = upload(b);
-  Tensor proj = dev(random_tensor({2, 512 + 256 + 16}, DType::kBF16, rng_, 0.0f, 1.0f));
-  Tensor w = dev(random_tensor({512, 4}, DType::kBF16, rng_, 0.0f, 0.5f));
-  Tensor params = dev(random_tensor({8}, DType::kF32, rng_, 0.0f, 1.0f));
-  Tensor state = dev(random_tensor({4, 512, 3}, DType::kF32, rng_, 0.0f, 1.0f));
-  Tensor out = dev(Tensor::empty({2, 512}, DType::kBF16));
-  Tensor g = dev(Tensor::empty({2, 8}, DType::kF32));
-  cuda::GdnConvGating overlapping{proj.slice(1, 768, 776),
-                                  proj.slice(1, 776, 784),
-                                  params,
-                                  params,
-                                  g,
-                                  state.view({4 * 512 * 3}).slice(0, 0, 16).view({2, 8})};
-  Status s = cuda::causal_conv1d(proj.slice(1, 0, 512), w, Tensor(), db.view, state, out, kStream,
-                                 &overlapping);
-  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find("beta"), std::string::npos) << s.message();
 }
 
 TEST_F(GdnCuda, GatedRmsNormMatchesCpu) {

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -24,7 +23,6 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
-#include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm.cuh"
 #include "backend/cuda/runtime.h"
 #include "cuda_device_util.h"
@@ -534,130 +532,6 @@ TEST_F(GemvCuda, AddRmsNormLinearRefusesWhatItCannotRun) {
                                 nullptr);
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find("norm_weight"), std::string::npos) << s.message();
-}
-
-// cuda::add_rms_norm_linear_route against the two launches it replaces (add_rms_norm_linear,
-// then moe_route on its logits): the routing is the router kernel's device code, so the logits,
-// weights and ids are the same bits. Router shapes as the model pads them (rows to a multiple
-// of 8): Qwen3.5-35B-A3B (256 experts, the shared gate, top 8), Qwen3-Next (512, top 10), 128
-// experts without a shared gate, 1,000 experts at top 32 (32 logits a lane), 60 at hidden 4096.
-// Three calls on one counter: each must leave it at zero for the next (graph replays).
-TEST_F(GemvCuda, AddRmsNormLinearRouteMatchesTheRouteKernel) {
-  struct Case {
-    int64_t m, experts, top_k, k;
-    bool shared_slot, renormalize;
-  };
-  Tensor counter = to_device(Tensor::zeros({1}, DType::kI32));
-  for (const Case c : {Case{1, 256, 8, 2048, true, true}, Case{2, 256, 8, 2048, true, true},
-                       Case{1, 512, 10, 2048, true, true}, Case{2, 128, 8, 2048, false, false},
-                       Case{1, 1000, 32, 3072, false, true}, Case{2, 60, 4, 4096, true, false}}) {
-    SCOPED_TRACE(fmt::format("m {} experts {} top {} k {} shared {} renormalize {}", c.m, c.experts,
-                             c.top_k, c.k, c.shared_slot, c.renormalize));
-    const int64_t cols = c.experts + (c.shared_slot ? 1 : 0);
-    const int64_t n = (cols + 7) / 8 * 8, out_k = c.top_k + (c.shared_slot ? 1 : 0);
-    const Tensor x = to_device(random_tensor({c.m, c.k}, kBF16, rng_, 0.0f, 1.0f));
-    const Tensor residual = to_device(random_tensor({c.m, c.k}, kF32, rng_, 0.0f, 4.0f));
-    const Tensor norm_w = to_device(random_tensor({c.k}, kBF16, rng_, 0.0f, 0.5f));
-    const Tensor w = to_device(random_tensor({n, c.k}, kBF16, rng_, 0.0f, 0.05f));
-    ASSERT_TRUE(cuda::add_rms_norm_linear_route_fits(x, w));
-    Tensor ref_res = to_device(Tensor::empty({c.m, c.k}, kF32));
-    Tensor ref_normed = to_device(Tensor::empty({c.m, c.k}, kBF16));
-    Tensor ref_out = to_device(cuda_test::fill_nan({c.m, n}, kF32));
-    ASSERT_TRUE(cuda::add_rms_norm_linear(x, residual, norm_w, 1e-6f, true, w, ref_res, ref_normed,
-                                          ref_out, nullptr)
-                    .is_ok());
-    Tensor ref_w = to_device(Tensor::empty({c.m, out_k}, kF32));
-    Tensor ref_ids = to_device(Tensor::empty({c.m, out_k}, DType::kI64));
-    ASSERT_TRUE(cuda::moe_route(ref_out.slice(1, 0, cols), c.top_k, c.renormalize, ref_w, ref_ids,
-                                nullptr, c.shared_slot)
-                    .is_ok());
-    const Tensor ref_ids_host = cuda_test::to_host(ref_ids);
-    cuda::MoeRouteAfter route;
-    route.experts = c.experts;
-    route.top_k = c.top_k;
-    route.renormalize = c.renormalize;
-    route.shared_slot = c.shared_slot;
-    route.counter = counter;
-    for (int call = 0; call < 3; ++call) {
-      SCOPED_TRACE(fmt::format("call {}", call));
-      Tensor res = to_device(Tensor::empty({c.m, c.k}, kF32));
-      Tensor normed = to_device(Tensor::empty({c.m, c.k}, kBF16));
-      Tensor out = to_device(cuda_test::fill_nan({c.m, n}, kF32));
-      Tensor topk_w = to_device(cuda_test::fill_nan({c.m, out_k}, kF32));
-      Tensor topk_ids = to_device(Tensor::zeros({c.m, out_k}, DType::kI64));
-      const Status s = cuda::add_rms_norm_linear_route(
-          x, residual, norm_w, 1e-6f, true, w, res, normed, out, route, topk_w, topk_ids, nullptr);
-      ASSERT_TRUE(s.is_ok()) << s.to_string();
-      EXPECT_TRUE(
-          cuda_test::same_values(cuda_test::to_host_f32(out), cuda_test::to_host_f32(ref_out)));
-      EXPECT_TRUE(
-          cuda_test::same_values(cuda_test::to_host_f32(topk_w), cuda_test::to_host_f32(ref_w)));
-      const Tensor ids = cuda_test::to_host(topk_ids);
-      EXPECT_EQ(std::memcmp(ids.data_ptr(), ref_ids_host.data_ptr(), ids.nbytes()), 0)
-          << "the routed ids differ from moe_route's";
-      EXPECT_EQ(cuda_test::to_host(counter).data<int32_t>()[0], 0);
-    }
-  }
-}
-
-TEST_F(GemvCuda, AddRmsNormLinearRouteRefusesWhatItCannotRun) {
-  const int64_t m = 1, k = 2048, n = 264;
-  const Tensor x = to_device(random_tensor({m, k}, kBF16, rng_, 0.0f, 1.0f));
-  const Tensor residual = to_device(random_tensor({m, k}, kF32, rng_, 0.0f, 1.0f));
-  const Tensor norm_w = to_device(random_tensor({k}, kBF16, rng_, 0.0f, 0.5f));
-  const Tensor w = to_device(random_tensor({n, k}, kBF16, rng_, 0.0f, 0.05f));
-  Tensor residual_out = to_device(Tensor::empty({m, k}, kF32));
-  Tensor normed = to_device(Tensor::empty({m, k}, kBF16));
-  Tensor out = to_device(Tensor::empty({m, n}, kF32));
-  Tensor topk_w = to_device(Tensor::empty({m, 9}, kF32));
-  Tensor topk_ids = to_device(Tensor::empty({m, 9}, DType::kI64));
-  cuda::MoeRouteAfter route;
-  route.experts = 256;
-  route.top_k = 8;
-  route.shared_slot = true;
-  route.counter = to_device(Tensor::zeros({1}, DType::kI32));
-  auto call = [&](Tensor& o, Tensor& tw, Tensor& ti, const cuda::MoeRouteAfter& r) {
-    return cuda::add_rms_norm_linear_route(x, residual, norm_w, 1e-6f, true, w, residual_out,
-                                           normed, o, r, tw, ti, nullptr);
-  };
-  ASSERT_TRUE(call(out, topk_w, topk_ids, route).is_ok());
-  // Wide outputs (8-warp blocks walking several tiles) and FP8 weights do not take the routing.
-  const Tensor wide = to_device(random_tensor({4096, k}, kBF16, rng_, 0.0f, 0.05f));
-  EXPECT_TRUE(cuda::add_rms_norm_linear_fits(x, wide));
-  EXPECT_FALSE(cuda::add_rms_norm_linear_route_fits(x, wide));
-  Tensor wide_out = to_device(Tensor::empty({m, 4096}, kF32));
-  Status s = cuda::add_rms_norm_linear_route(x, residual, norm_w, 1e-6f, true, wide, residual_out,
-                                             normed, wide_out, route, topk_w, topk_ids, nullptr);
-  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
-  auto q = quantize_fp8_blocks(random_tensor({n, k}, kF32, rng_, 0.0f, 0.05f), {128, 128}, "w");
-  ASSERT_TRUE(q.has_value());
-  EXPECT_FALSE(cuda::add_rms_norm_linear_route_fits(
-      x, LinearWeight(to_device(q->weight), to_device(q->scale_inv), q->block)));
-  // Bad routing arguments are named.
-  Tensor out_bf16 = to_device(Tensor::empty({m, n}, kBF16));
-  s = call(out_bf16, topk_w, topk_ids, route);
-  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
-  cuda::MoeRouteAfter bad = route;
-  bad.experts = n;  // and the shared gate past the output
-  s = call(out, topk_w, topk_ids, bad);
-  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
-  bad = route;
-  bad.top_k = 0;
-  s = call(out, topk_w, topk_ids, bad);
-  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find("top_k"), std::string::npos) << s.message();
-  Tensor short_ids = to_device(Tensor::empty({m, 8}, DType::kI64));
-  s = call(out, topk_w, short_ids, route);
-  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find("topk_ids"), std::string::npos) << s.message();
-  bad = route;
-  bad.counter = to_device(Tensor::zeros({1}, kF32));
-  s = call(out, topk_w, topk_ids, bad);
-  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find("counter"), std::string::npos) << s.message();
-  bad.counter = Tensor::zeros({1}, DType::kI32);  // on the host
-  s = call(out, topk_w, topk_ids, bad);
-  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.to_string();
 }
 
 }  // namespace

@@ -736,66 +736,6 @@ TEST_F(MoeCuda, Fp8ExpertsMatchCpuOnSmallAndOddShapes) {
   }
 }
 
-// The shared expert as the FP8 stack's last expert in every token's last slot
-// (MoeExpertsArgs::shared_last_slot), which the FP8 per-pair kernels start before the routing
-// is known: the same bits as without the hint, and the CPU op's result. 35B-A3B's expert
-// shapes on 16 experts + the shared one in 128 x 128 blocks (the vector path), and the golden
-// checkpoint's shapes (element by element: the hint changes nothing there).
-TEST_F(MoeCuda, Fp8ExpertsWithTheSharedExpertInTheLastSlot) {
-  struct Shape {
-    int64_t hidden, inter, experts, top_k;  // experts and top_k: routed ones
-    WeightBlock block;
-  };
-  for (const Shape sh : {Shape{kH35, kI35, 16, 8, {128, 128}}, Shape{56, 40, 10, 3, {16, 32}}}) {
-    for (const int64_t t : {int64_t{1}, int64_t{3}, int64_t{8}}) {
-      SCOPED_TRACE("hidden " + std::to_string(sh.hidden) + ", " + std::to_string(t) + " tokens");
-      const int64_t e = sh.experts + 1, k = sh.top_k + 1;
-      const Fp8ExpertSet w = fp8_expert_set(e, sh.hidden, sh.inter, sh.block, rng_);
-      auto [routed_weights, routed_ids] =
-          make_routing(t, sh.experts, sh.top_k, Dist::kRandom, rng_);
-      Tensor ids = Tensor::empty({t, k}, DType::kI64);
-      Tensor weights = Tensor::empty({t, k}, DType::kF32);
-      for (int64_t i = 0; i < t; ++i) {
-        for (int64_t j = 0; j < sh.top_k; ++j) {
-          ids.data<int64_t>()[i * k + j] = routed_ids.data<int64_t>()[i * sh.top_k + j];
-          weights.data<float>()[i * k + j] = routed_weights.data<float>()[i * sh.top_k + j];
-        }
-        ids.data<int64_t>()[i * k + sh.top_k] = e - 1;
-        weights.data<float>()[i * k + sh.top_k] = 0.25f + 0.1f * static_cast<float>(i);
-      }
-      const Tensor x = random_tensor({t, sh.hidden}, DType::kBF16, rng_, 0.0f, 1.0f);
-      Tensor ref = Tensor::empty({t, sh.hidden}, DType::kF32);
-      Tensor cpu_scratch = Tensor::empty(
-          {static_cast<int64_t>(cpu::moe_experts_scratch_bytes(t, k, sh.hidden, sh.inter, e))},
-          DType::kU8);
-      ASSERT_OK(cpu::moe_experts_stacked(to_f32(x), w.host_gate_up, w.host_down, weights, ids,
-                                         cpu_scratch, ref));
-      const Tensor x_gpu = to_device(x), ids_gpu = to_device(ids), weights_gpu = to_device(weights);
-      Tensor results[2];
-      for (int hint = 0; hint < 2; ++hint) {
-        cuda::MoeExpertsArgs args;
-        args.gate_up = w.gate_up.weight;
-        args.gate_up_scale_inv = w.gate_up.scale_inv;
-        args.gate_up_block = sh.block;
-        args.down = w.down.weight;
-        args.down_scale_inv = w.down.scale_inv;
-        args.down_block = sh.block;
-        args.path = cuda::MoePath::kPairGemv;
-        args.shared_last_slot = hint == 1;
-        Tensor out = to_device(fill_nan({t, sh.hidden}, DType::kBF16));
-        const size_t bytes = cuda::moe_experts_scratch_bytes(x_gpu, ids_gpu, args).value();
-        Tensor scratch =
-            Tensor::try_empty({static_cast<int64_t>(bytes)}, DType::kU8, Device::cuda()).value();
-        ASSERT_EQ(cudaMemset(scratch.data_ptr(), 0x7F, bytes), cudaSuccess);
-        ASSERT_OK(cuda::moe_experts(x_gpu, weights_gpu, ids_gpu, args, scratch, out, kStream));
-        results[hint] = cuda::copy_to_host(out).value();
-        EXPECT_TRUE(relative_l2(to_f32(results[hint]), ref, 1e-2));
-      }
-      EXPECT_EQ(std::memcmp(results[0].data_ptr(), results[1].data_ptr(), results[0].nbytes()), 0);
-    }
-  }
-}
-
 TEST_F(MoeCuda, Fp8ExpertsRejectBadScales) {
   const int64_t t = 4, h = 64, inter = 32, e = 8, k = 2;
   const Fp8ExpertSet w = fp8_expert_set(e, h, inter, {16, 32}, rng_);

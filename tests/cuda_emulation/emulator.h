@@ -10,8 +10,7 @@
 //
 // Include this before any CUDA kernel source: it defines the CUDA builtins the kernels use
 // (threadIdx, blockIdx, blockDim, gridDim, __syncthreads, __syncthreads_or, __syncwarp,
-// __shfl_xor_sync, __any_sync, __reduce_max_sync, __reduce_min_sync, atomicInc, __threadfence,
-// isnan, __int_as_float, __uint_as_float, __float_as_uint, __ldg, __ldcg, min, max) and
+// __shfl_xor_sync, __int_as_float, __uint_as_float, __ldg, __ldcg, min, max) and
 // VLLM_CUDA_EMULATION, which routes mma.cuh's tensor-core product to an emulation from the PTX
 // ISA's fragment tables (emulated_mma_m16n8k16_bf16, f32 sums of exact bf16 products). What it does
 // not model: the memory model between blocks (blocks are sequential), warp-synchronous code without
@@ -101,51 +100,8 @@ template <typename T>
 inline T __ldcg(const T* p) {
   return *p;
 }
-using std::isnan;  // device code's isnan, unqualified
-inline unsigned __float_as_uint(float f) {
-  unsigned v;
-  std::memcpy(&v, &f, sizeof v);
-  return v;
-}
-// The warp votes and reductions, through warp_exchange (every lane of the warp calls them).
-inline bool __any_sync(unsigned /*mask*/, bool predicate) {
-  const uint32_t word = predicate ? 1u : 0u;
-  uint32_t all[32][16];
-  vllm::emu::warp_exchange(&word, 1, all);
-  for (const auto& lane : all) {
-    if (lane[0] != 0) return true;
-  }
-  return false;
-}
-inline unsigned __reduce_max_sync(unsigned /*mask*/, unsigned value) {
-  uint32_t all[32][16];
-  vllm::emu::warp_exchange(&value, 1, all);
-  unsigned m = 0;
-  for (const auto& lane : all) m = lane[0] > m ? lane[0] : m;
-  return m;
-}
-inline unsigned __reduce_min_sync(unsigned /*mask*/, unsigned value) {
-  uint32_t all[32][16];
-  vllm::emu::warp_exchange(&value, 1, all);
-  unsigned m = ~0u;
-  for (const auto& lane : all) m = lane[0] < m ? lane[0] : m;
-  return m;
-}
-// Atomics are atomic among a block's threads (which run at once); blocks run one after another,
-// so a fence has nothing to order.
-inline unsigned atomicInc(unsigned* p, unsigned limit) {
-  unsigned old = __atomic_load_n(p, __ATOMIC_RELAXED);
-  while (!__atomic_compare_exchange_n(p, &old, old >= limit ? 0u : old + 1u, false,
-                                      __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-  }
-  return old;
-}
-inline void __threadfence() {}
 inline int min(int a, int b) {
   return a < b ? a : b;
-}
-inline unsigned max(unsigned a, unsigned b) {
-  return a > b ? a : b;
 }
 inline int max(int a, int b) {
   return a > b ? a : b;

@@ -14,7 +14,6 @@
 #include <random>
 #include <string>
 
-#include "backend/cpu/moe.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/gemv.cuh"
 #include "cuda/cuda_test_util.h"
@@ -264,121 +263,6 @@ TEST(GemvEmulated, FusedNormMatchesTheNormThenTheGemv) {
     ASSERT_TRUE(s.is_ok()) << s.to_string();
     EXPECT_EQ(std::memcmp(out.data_ptr(), plain.data_ptr(), out.nbytes()), 0)
         << "the fused product differs from the GEMV on its normed rows";
-  }
-}
-
-// The fused norm's launch with the MoE routing after the product (the router at decode): two
-// 16-warp blocks (n = 32 on the emulated 2 SMs), so the routing runs in the block that takes
-// the second ticket, and every call must leave the counter at zero for the next (here a second
-// call on the same counter). The logits bitwise those of the launch without the routing; the
-// routing against cpu::moe_route on those logits (ids exact, weights 1e-5: the softmax sums in
-// another order), the shared expert's slot against its definition, and a row with a NaN logit
-// all NaN with ids 0..k-1, as on the CPU.
-TEST(GemvEmulated, FusedNormRoutesAfterTheProduct) {
-  struct RouteCase {
-    int64_t m, experts, top_k;
-    bool renormalize, shared_slot, nan_row;
-  };
-  constexpr int64_t kN = 32, kK = 2048;
-  std::mt19937 rng(23);
-  unsigned counter = 0;
-  for (const RouteCase c :
-       {RouteCase{1, 31, 4, false, true, false}, RouteCase{2, 32, 8, true, false, false},
-        RouteCase{2, 30, 3, true, true, true}}) {
-    SCOPED_TRACE(fmt::format("m {} experts {} top {} renormalize {} shared {} nan {}", c.m,
-                             c.experts, c.top_k, c.renormalize, c.shared_slot, c.nan_row));
-    ASSERT_TRUE(cuda::detail::gemv_norm_route_fits(c.m, kN, kK, 2));
-    const int64_t out_k = c.top_k + (c.shared_slot ? 1 : 0);
-    const Tensor x = cuda_test::random_tensor({c.m, kK}, kBF16, rng, 0.0f, 1.0f);
-    const Tensor residual = cuda_test::random_tensor({c.m, kK}, kF32, rng, 0.0f, 4.0f);
-    const Tensor norm_w = cuda_test::random_tensor({kK}, kBF16, rng, 0.0f, 0.5f);
-    Tensor weight = cuda_test::random_tensor({kN, kK}, kBF16, rng, 0.0f, 0.05f);
-    Tensor x_nan = x.clone();
-    if (c.nan_row) {  // a NaN in row 1 of x: that row's every logit NaN
-      x_nan.data<uint16_t>()[kK + 5] = 0x7fc0;
-    }
-    auto launch = [&](Tensor& out, Tensor& topk_w, Tensor& topk_ids, bool route) {
-      Tensor residual_out = cuda_test::fill_nan({c.m, kK}, kF32);
-      GemvProblem p;
-      p.dtype = kBF16;
-      p.out_dtype = kF32;
-      p.x = x_nan.data_ptr();
-      p.ldx = kK;
-      p.weight = weight.data_ptr();
-      p.out = out.data_ptr();
-      p.ldo = kN;
-      p.m = c.m;
-      p.n = kN;
-      p.k = kK;
-      cuda::detail::GemvNormProblem np;
-      np.residual = residual.data<float>();
-      np.ld_residual = kK;
-      np.residual_out = residual_out.data<float>();
-      np.ld_residual_out = kK;
-      np.weight = norm_w.data_ptr();
-      np.eps = 1e-6f;
-      np.unit_offset = true;
-      if (route) {
-        np.route_weights = topk_w.data<float>();
-        np.route_ids = topk_ids.data<int64_t>();
-        np.route_counter = &counter;
-        np.route_experts = static_cast<int>(c.experts);
-        np.route_top_k = static_cast<int>(c.top_k);
-        np.route_out_k = static_cast<int>(out_k);
-        np.route_renormalize = c.renormalize;
-      }
-      return cuda::detail::launch_gemv_norm(p, np, nullptr);
-    };
-    Tensor plain = cuda_test::fill_nan({c.m, kN}, kF32);
-    Tensor unused_w, unused_ids;
-    ASSERT_TRUE(launch(plain, unused_w, unused_ids, false).is_ok());
-    for (int call = 0; call < 2; ++call) {
-      SCOPED_TRACE(fmt::format("call {}", call));
-      Tensor out = cuda_test::fill_nan({c.m, kN}, kF32);
-      Tensor topk_w = cuda_test::fill_nan({c.m, out_k}, kF32);
-      Tensor topk_ids = Tensor::empty({c.m, out_k}, DType::kI64);
-      for (int64_t i = 0; i < topk_ids.numel(); ++i) topk_ids.data<int64_t>()[i] = -7;
-      const Status s = launch(out, topk_w, topk_ids, true);
-      ASSERT_TRUE(s.is_ok()) << s.to_string();
-      EXPECT_EQ(counter, 0u) << "the launch left its counter at " << counter;
-      ASSERT_EQ(std::memcmp(out.data_ptr(), plain.data_ptr(), out.nbytes()), 0)
-          << "the routing changed the product";
-      Tensor ref_w = Tensor::empty({c.m, c.top_k}, DType::kF32);
-      Tensor ref_ids = Tensor::empty({c.m, c.top_k}, DType::kI64);
-      ASSERT_TRUE(cpu::moe_route(out.slice(1, 0, c.experts), c.top_k, c.renormalize, ref_w, ref_ids)
-                      .is_ok());
-      for (int64_t t = 0; t < c.m; ++t) {
-        const bool nan_row = c.nan_row && t == 1;
-        double err = 0.0, norm = 0.0;
-        for (int64_t j = 0; j < c.top_k; ++j) {
-          const int64_t got_id = topk_ids.data<int64_t>()[t * out_k + j];
-          const float got_w = topk_w.data<float>()[t * out_k + j];
-          EXPECT_EQ(got_id, ref_ids.data<int64_t>()[t * c.top_k + j])
-              << "row " << t << " slot " << j;
-          if (nan_row) {
-            EXPECT_EQ(got_id, j);
-            EXPECT_TRUE(std::isnan(got_w)) << "row " << t << " slot " << j;
-            continue;
-          }
-          const double ref = ref_w.data<float>()[t * c.top_k + j];
-          err += (got_w - ref) * (got_w - ref);
-          norm += ref * ref;
-        }
-        if (!nan_row) {
-          EXPECT_LE(std::sqrt(err / norm), 1e-5) << "row " << t;
-        }
-        if (c.shared_slot) {
-          const float gate = out.data<float>()[t * kN + c.experts];
-          EXPECT_EQ(topk_ids.data<int64_t>()[t * out_k + c.top_k], c.experts);
-          const float got = topk_w.data<float>()[t * out_k + c.top_k];
-          if (nan_row) {
-            EXPECT_TRUE(std::isnan(got));
-          } else {
-            EXPECT_NEAR(got, 1.0 / (1.0 + std::exp(-gate)), 1e-6);
-          }
-        }
-      }
-    }
   }
 }
 

@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -100,19 +99,13 @@ struct Inputs {
   Tensor ref;  // [T, H] F32: the CPU op
 };
 
-// shared_last: every token's last slot is the last expert (the stacked shared expert of
-// MoePairArgs::last_slot_ahead), the other slots other experts.
-Inputs make_inputs(const Case& c, DType dtype, std::mt19937& rng, bool shared_last = false) {
+Inputs make_inputs(const Case& c, DType dtype, std::mt19937& rng) {
   Inputs in;
   in.gate_up = fp8_stack(c.experts, 2 * c.inter, c.hidden, c.block, rng);
   in.down = fp8_stack(c.experts, c.hidden, c.inter, c.block, rng);
   in.x_all =
       cuda_test::random_tensor({c.tokens, c.x_offset + c.hidden + c.pad}, dtype, rng, 0.0f, 1.0f);
-  make_routing(c.tokens, shared_last ? c.experts - 1 : c.experts, c.top_k, rng, in.ids, in.weights);
-  if (shared_last) {
-    for (int64_t t = 0; t < c.tokens; ++t)
-      in.ids.data<int64_t>()[t * c.top_k + c.top_k - 1] = c.experts - 1;
-  }
+  make_routing(c.tokens, c.experts, c.top_k, rng, in.ids, in.weights);
   const Tensor x = cuda_test::to_f32(in.x_all).slice(1, c.x_offset, c.x_offset + c.hidden).clone();
   in.ref = Tensor::empty({c.tokens, c.hidden}, kF32);
   Tensor scratch = Tensor::empty({static_cast<int64_t>(cpu::moe_experts_scratch_bytes(
@@ -163,32 +156,6 @@ void run_pair(const Case& c, DType dtype, std::mt19937& rng) {
   const Status s = cuda::detail::launch_moe_pair_gemv(p, a, nullptr);
   ASSERT_TRUE(s.is_ok()) << s.to_string();
   EXPECT_TRUE(cuda_test::relative_l2(cuda_test::to_f32(out), in.ref, tolerance(dtype)));
-}
-
-// The shared expert in every token's last slot, with and without MoePairArgs::last_slot_ahead
-// (the FP8 kernels then start that slot before pdl_wait, the vector path only): the same bits,
-// and the CPU op's result.
-void run_pair_shared_last(const Case& c, DType dtype, std::mt19937& rng) {
-  SCOPED_TRACE(c.name() + " " + std::string(dtype_name(dtype)) + " per-pair, shared last slot");
-  const Inputs in = make_inputs(c, dtype, rng, true);
-  Tensor outs[2];
-  for (int ahead = 0; ahead < 2; ++ahead) {
-    Tensor act = cuda_test::fill_nan({c.tokens * c.top_k, c.inter}, dtype);
-    outs[ahead] = cuda_test::fill_nan({c.tokens, c.hidden}, dtype);
-    const MoeProblem p = problem_of(c, dtype, in, act.data_ptr(), nullptr);
-    MoePairArgs a;
-    a.ids = in.ids.data<int64_t>();
-    a.weights = in.weights.data<float>();
-    a.out = outs[ahead].data_ptr();
-    a.out_stride = c.hidden;
-    a.experts = static_cast<int>(c.experts);
-    a.top_k = static_cast<int>(c.top_k);
-    a.last_slot_ahead = ahead == 1;
-    const Status s = cuda::detail::launch_moe_pair_gemv(p, a, nullptr);
-    ASSERT_TRUE(s.is_ok()) << s.to_string();
-    EXPECT_TRUE(cuda_test::relative_l2(cuda_test::to_f32(outs[ahead]), in.ref, tolerance(dtype)));
-  }
-  EXPECT_EQ(std::memcmp(outs[0].data_ptr(), outs[1].data_ptr(), outs[0].nbytes()), 0);
 }
 
 // The grouping the device's plan kernel makes (moe.cu), without padding: each expert's pairs
@@ -282,14 +249,6 @@ TEST(MoeFp8Emulated, PerPairKernelsMatchCpu) {
   for (const Case& c : kElementCases) {
     for (DType dtype : {kBF16, kF32}) run_pair(c, dtype, rng);
   }
-}
-
-TEST(MoeFp8Emulated, PerPairKernelsWithTheSharedExpertAheadMatchCpu) {
-  std::mt19937 rng(1818);
-  run_pair_shared_last(kVectorCases[0], kBF16, rng);
-  run_pair_shared_last(kVectorCases[3], kBF16, rng);  // one token
-  run_pair_shared_last(kVectorCases[0], kF32, rng);
-  run_pair_shared_last(kElementCases[0], kBF16, rng);  // off the vector path the hint does nothing
 }
 
 TEST(MoeFp8Emulated, GatherGemvMatchesCpu) {

@@ -17,7 +17,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_batch.cuh"
-#include "backend/cuda/gdn_gating.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -35,16 +34,40 @@ using detail::to_float;
 
 constexpr int kThreads = 256;
 
+// torch.nn.functional.softplus with beta 1 and threshold 20.
+__device__ __forceinline__ float softplus(float v) {
+  return v > 20.0f ? v : log1pf(expf(v));
+}
+
 // ---- gdn_gating ------------------------------------------------------------------------
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) gdn_gating_kernel(detail::GatingParams<T> p) {
+struct GatingParams {
+  const T* a;
+  const T* b;
+  float* g;
+  float* beta;
+  ParamVec A_log;    // [heads]
+  ParamVec dt_bias;  // [heads]
+  int64_t a_stride, b_stride, g_stride, beta_stride;
+  int64_t total;  // tokens * heads
+  int heads;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) gdn_gating_kernel(GatingParams<T> p) {
   pdl_wait();
   pdl_launch_next();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.total;
        i += stride) {
-    detail::gdn_gate(p, i);
+    const int64_t t = i / p.heads;
+    const int h = static_cast<int>(i % p.heads);
+    const float neg_a = -expf(load_param(p.A_log, h));
+    const float a = to_float(p.a[t * p.a_stride + h]);
+    p.g[t * p.g_stride + h] = neg_a * softplus(a + load_param(p.dt_bias, h));
+    const float b = to_float(p.b[t * p.b_stride + h]);
+    p.beta[t * p.beta_stride + h] = 1.0f / (1.0f + expf(-b));
   }
 }
 
@@ -63,10 +86,6 @@ struct GatedNormParams {
   float eps;
 };
 
-// Heads of up to this many elements a lane (256 at a warp's 32 lanes: Qwen's 128) are held in
-// registers.
-constexpr int kGatedNormMaxPerLane = 8;
-
 template <typename T>
 __global__ void __launch_bounds__(kThreads) gated_rms_norm_kernel(GatedNormParams<T> p) {
   pdl_wait();
@@ -80,33 +99,6 @@ __global__ void __launch_bounds__(kThreads) gated_rms_norm_kernel(GatedNormParam
   const T* x = p.x + t * p.x_stride + col;
   const T* z = p.z + t * p.z_stride + col;
   T* out = p.out + t * p.out_stride + col;
-  if (p.dim <= kGatedNormMaxPerLane * detail::kWarpSize) {
-    // The head in registers: every load of x, z and the weight in flight at once (one round
-    // trip, where the loops below take one per element of a lane), the sums in the same order.
-    float xv[kGatedNormMaxPerLane], zv[kGatedNormMaxPerLane], wv[kGatedNormMaxPerLane];
-#pragma unroll
-    for (int j = 0; j < kGatedNormMaxPerLane; ++j) {
-      const int i = lane + j * detail::kWarpSize;
-      if (i < p.dim) {
-        xv[j] = to_float(x[i]);
-        zv[j] = to_float(z[i]);
-        wv[j] = load_param(p.weight, i);
-      }
-    }
-    float sum_sq = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kGatedNormMaxPerLane; ++j) {
-      if (lane + j * detail::kWarpSize < p.dim) sum_sq += xv[j] * xv[j];
-    }
-    sum_sq = detail::warp_sum(sum_sq);
-    const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(p.dim) + p.eps);
-#pragma unroll
-    for (int j = 0; j < kGatedNormMaxPerLane; ++j) {
-      const int i = lane + j * detail::kWarpSize;
-      if (i < p.dim) out[i] = from_float<T>((wv[j] * (xv[j] * inv_rms)) * silu(zv[j]));
-    }
-    return;
-  }
   float sum_sq = 0.0f;
   for (int i = lane; i < p.dim; i += detail::kWarpSize) {
     const float v = to_float(x[i]);
@@ -136,11 +128,9 @@ int grid_for(int64_t threads_needed) {
 
 }  // namespace
 
-namespace detail {
-
-Expected<GatingOperands> check_gating(std::string_view kOp, const Tensor& a, const Tensor& b,
-                                      const Tensor& A_log, const Tensor& dt_bias, Tensor& g,
-                                      Tensor& beta) {
+Status gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                  Tensor& g, Tensor& beta, cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::gdn_gating";
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "a", a, {DType::kF32, DType::kBF16}));
   VLLM_RETURN_IF_ERROR(check_2d(kOp, "a", a));
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "b", b));
@@ -167,44 +157,43 @@ Expected<GatingOperands> check_gating(std::string_view kOp, const Tensor& a, con
                         t->to_string(), shape_to_string(a.shape()));
     }
   }
-  GatingOperands o;
-  VLLM_ASSIGN_OR_RETURN(o.a, detail::as_rows(kOp, "a", a));
-  VLLM_ASSIGN_OR_RETURN(o.b, detail::as_rows(kOp, "b", b));
-  VLLM_ASSIGN_OR_RETURN(o.g, detail::as_rows(kOp, "g", g));
-  VLLM_ASSIGN_OR_RETURN(o.beta, detail::as_rows(kOp, "beta", beta));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows a_rows, detail::as_rows(kOp, "a", a));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows b_rows, detail::as_rows(kOp, "b", b));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows g_rows, detail::as_rows(kOp, "g", g));
+  VLLM_ASSIGN_OR_RETURN(detail::Rows beta_rows, detail::as_rows(kOp, "beta", beta));
   // Outputs share no memory with the inputs or each other (a thread writes g, then reads b).
   const size_t act_size = a.element_size();
   for (auto [name, rows] :
-       {std::pair<std::string_view, const detail::Rows*>{"g", &o.g}, {"beta", &o.beta}}) {
+       {std::pair<std::string_view, const detail::Rows*>{"g", &g_rows}, {"beta", &beta_rows}}) {
     VLLM_RETURN_IF_ERROR(
-        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "a", o.a, act_size));
+        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "a", a_rows, act_size));
     VLLM_RETURN_IF_ERROR(
-        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "b", o.b, act_size));
+        detail::check_no_overlap(kOp, name, *rows, sizeof(float), "b", b_rows, act_size));
   }
   VLLM_RETURN_IF_ERROR(
-      detail::check_no_overlap(kOp, "g", o.g, sizeof(float), "beta", o.beta, sizeof(float)));
+      detail::check_no_overlap(kOp, "g", g_rows, sizeof(float), "beta", beta_rows, sizeof(float)));
+  if (tokens == 0 || heads == 0) return Status::ok();
   if (heads > INT_MAX) {
     return make_error(ErrorCode::kUnsupported, "{}: {} heads are too many", kOp, heads);
   }
-  o.A_log = detail::as_param(A_log);
-  o.dt_bias = detail::as_param(dt_bias);
-  o.tokens = tokens;
-  o.heads = heads;
-  return o;
-}
 
-}  // namespace detail
-
-Status gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
-                  Tensor& g, Tensor& beta, cudaStream_t stream) {
-  VLLM_ASSIGN_OR_RETURN(detail::GatingOperands o,
-                        detail::check_gating("cuda::gdn_gating", a, b, A_log, dt_bias, g, beta));
-  if (o.tokens == 0 || o.heads == 0) return Status::ok();
   DeviceGuard guard(a.device());
   VLLM_RETURN_IF_ERROR(guard.status());
   auto run = [&](auto type_tag) {
     using T = decltype(type_tag);
-    const detail::GatingParams<T> p = detail::gating_params<T>(o);
+    GatingParams<T> p{};
+    p.a = static_cast<const T*>(a_rows.data);
+    p.b = static_cast<const T*>(b_rows.data);
+    p.g = static_cast<float*>(g_rows.data);
+    p.beta = static_cast<float*>(beta_rows.data);
+    p.A_log = detail::as_param(A_log);
+    p.dt_bias = detail::as_param(dt_bias);
+    p.a_stride = a_rows.row_stride;
+    p.b_stride = b_rows.row_stride;
+    p.g_stride = g_rows.row_stride;
+    p.beta_stride = beta_rows.row_stride;
+    p.total = tokens * heads;
+    p.heads = static_cast<int>(heads);
     launch_pdl(gdn_gating_kernel<T>, grid_for(p.total), kThreads, 0, stream, p);
     return check_launch("gdn_gating_kernel");
   };

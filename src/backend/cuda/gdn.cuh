@@ -37,21 +37,11 @@ struct GdnBatch {
   bool states_settled = false;
 };
 
-// gdn_gating's operands (below), for causal_conv1d to compute in its own launch: blocks past
-// the conv's run gdn_gating's code on them (the same bits, one launch fewer). a and b in x's
-// dtype with x's rows; none of a, b, g, beta may overlap out or conv_state, nor g and beta x.
-struct GdnConvGating {
-  Tensor a, b, A_log, dt_bias;
-  Tensor g, beta;
-};
-
 // Causal depthwise conv1d + SiLU continuing from conv_state (cpu::causal_conv1d).
 // x [T, C] (row stride allowed); weight F32/BF16 [C, K]; bias [C] or undefined;
 // conv_state F32/BF16/F16 [num_slots, C, K - 1]; out [T, C] in x's dtype (may alias x).
-// gating: also gdn_gating of *gating, in the same launch.
 Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     const GdnBatch& batch, Tensor& conv_state, Tensor& out, cudaStream_t stream,
-                     GdnConvGating* gating = nullptr);
+                     const GdnBatch& batch, Tensor& conv_state, Tensor& out, cudaStream_t stream);
 
 // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b) (cpu::gdn_gating).
 // a, b [T, Hv] (row strides allowed) in the activation dtype; A_log, dt_bias F32/BF16 [Hv];

@@ -29,12 +29,10 @@
 
 #include <climits>
 #include <cstdint>
-#include <tuple>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gdn.cuh"
 #include "backend/cuda/gdn_batch.cuh"
-#include "backend/cuda/gdn_gating.cuh"
 #include "backend/cuda/gdn_state.cuh"
 #include "backend/cuda/runtime.h"
 
@@ -76,9 +74,6 @@ struct ConvParams {
   int width;           // 1 .. kMaxWidth
   int channel_blocks;  // blocks across the channels of one chunk
   bool chunked;        // chunks of kChunkTokens (else one chunk per request)
-  // GdnConvGating: blocks from conv_blocks on compute the gating values instead.
-  detail::GatingParams<T> gating;
-  int64_t conv_blocks;
 };
 
 // The request whose chunk ids contain `id` (see the top of the file) and the chunk's index
@@ -133,13 +128,6 @@ __device__ __forceinline__ void load_bias(const void* data, int c0, float (&bias
 // input projection still runs; only x waits (docs/design.md, launch_pdl).
 template <typename T, int kVec, bool kEarly>
 __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<T> p) {
-  if (blockIdx.x >= p.conv_blocks) {  // a gating block: a and b are the input projection's
-    pdl_wait();
-    pdl_launch_next();
-    const int64_t i = (blockIdx.x - p.conv_blocks) * kConvThreads + threadIdx.x;
-    if (i < p.gating.total) detail::gdn_gate(p.gating, i);
-    return;
-  }
   const bool early = kEarly && !p.chunked;
   if (!early) {
     pdl_wait();
@@ -288,8 +276,7 @@ __global__ void __launch_bounds__(kConvThreads) causal_conv1d_kernel(ConvParams<
 template <typename T, int kVec>
 Status launch_conv(ConvParams<T> p, int64_t num_ids, bool early, cudaStream_t stream) {
   p.channel_blocks = static_cast<int>(detail::ceil_div(p.channels, int64_t{kConvThreads} * kVec));
-  p.conv_blocks = num_ids * p.channel_blocks;
-  const int64_t blocks = p.conv_blocks + detail::ceil_div(p.gating.total, int64_t{kConvThreads});
+  const int64_t blocks = num_ids * p.channel_blocks;
   if (blocks > INT_MAX) {
     return make_error(ErrorCode::kUnsupported,
                       "cuda::causal_conv1d: {} blocks exceed the grid limit ({} channels, {} "
@@ -329,10 +316,8 @@ Status dispatch_conv(const detail::Rows& x, const detail::Rows& out, ConvParams<
 }  // namespace
 
 Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     const GdnBatch& batch, Tensor& conv_state, Tensor& out, cudaStream_t stream,
-                     GdnConvGating* gating) {
-  const std::string_view kOp =
-      gating != nullptr ? "cuda::causal_conv1d (with the gating)" : "cuda::causal_conv1d";
+                     const GdnBatch& batch, Tensor& conv_state, Tensor& out, cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::causal_conv1d";
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "x", x, {DType::kF32, DType::kBF16}));
   if (x.ndim() != 2) {
     return make_error(ErrorCode::kInvalidArgument, "{}: x {} must be [tokens, channels]", kOp,
@@ -391,41 +376,7 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (channels > (int64_t{1} << 30)) {
     return make_error(ErrorCode::kUnsupported, "{}: {} channels are too many", kOp, channels);
   }
-  detail::GatingOperands gating_ops;
-  if (gating != nullptr) {
-    VLLM_ASSIGN_OR_RETURN(
-        gating_ops, detail::check_gating(kOp, gating->a, gating->b, gating->A_log, gating->dt_bias,
-                                         gating->g, gating->beta));
-    VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "a", gating->a, x));
-    VLLM_RETURN_IF_ERROR(detail::check_same_dtype(kOp, "a", gating->a, x));
-    if (gating_ops.tokens != tokens) {
-      return make_error(ErrorCode::kInvalidArgument, "{}: a {} must have x's {} rows", kOp,
-                        gating->a.to_string(), tokens);
-    }
-    // The two run at once: neither's outputs may overlap the other's operands.
-    const size_t es = x.element_size();
-    for (auto [name, rows, size] :
-         {std::tuple<std::string_view, const detail::Rows*, size_t>{"a", &gating_ops.a, es},
-          {"b", &gating_ops.b, es},
-          {"g", &gating_ops.g, sizeof(float)},
-          {"beta", &gating_ops.beta, sizeof(float)}}) {
-      VLLM_RETURN_IF_ERROR(
-          detail::check_no_overlap(kOp, name, *rows, size, "out", out_rows, out.element_size()));
-      VLLM_RETURN_IF_ERROR(detail::check_no_overlap(kOp, name, *rows, size, "conv_state",
-                                                    state_rows, conv_state.element_size()));
-    }
-    for (auto [name, rows] : {std::pair<std::string_view, const detail::Rows*>{"g", &gating_ops.g},
-                              {"beta", &gating_ops.beta}}) {
-      VLLM_RETURN_IF_ERROR(
-          detail::check_no_overlap(kOp, name, *rows, sizeof(float), "x", x_rows, x.element_size()));
-    }
-  }
-  if (tokens == 0) return Status::ok();
-  if (channels == 0 || view.num_requests == 0) {
-    return gating != nullptr ? gdn_gating(gating->a, gating->b, gating->A_log, gating->dt_bias,
-                                          gating->g, gating->beta, stream)
-                             : Status::ok();
-  }
+  if (tokens == 0 || channels == 0 || view.num_requests == 0) return Status::ok();
 
   DeviceGuard guard(x.device());
   VLLM_RETURN_IF_ERROR(guard.status());
@@ -439,7 +390,6 @@ Status causal_conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     p.batch = view;
     p.channels = static_cast<int>(channels);
     p.width = static_cast<int>(width);
-    if (gating != nullptr) p.gating = detail::gating_params<T>(gating_ops);
     return dispatch_conv<T>(x_rows, out_rows, p, batch, stream);
   };
   if (x.dtype() == DType::kF32) return run(float{});

@@ -59,7 +59,6 @@
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
-#include "backend/cuda/moe.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -630,20 +629,10 @@ bool add_rms_norm_linear_fits(const Tensor& x, const LinearWeight& weight) {
                                 multiprocessor_count(x.device().index), fp8);
 }
 
-bool add_rms_norm_linear_route_fits(const Tensor& x, const LinearWeight& weight) {
-  return add_rms_norm_linear_fits(x, weight) && !weight.is_fp8() &&
-         detail::gemv_norm_route_fits(x.size(0), weight.size(0), x.size(1),
-                                      multiprocessor_count(x.device().index));
-}
-
-namespace {
-
-// add_rms_norm_linear, and with `route` add_rms_norm_linear_route (kOp names the entry).
-Status add_rms_norm_linear_impl(std::string_view kOp, const Tensor& x, const Tensor& residual,
-                                const Tensor& norm_weight, float eps, bool unit_offset,
-                                const LinearWeight& weight, Tensor& residual_out, Tensor& normed,
-                                Tensor& out, const MoeRouteAfter* route, Tensor* topk_weights,
-                                Tensor* topk_ids, cudaStream_t stream) {
+Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
+                           float eps, bool unit_offset, const LinearWeight& weight,
+                           Tensor& residual_out, Tensor& normed, Tensor& out, cudaStream_t stream) {
+  constexpr std::string_view kOp = "cuda::add_rms_norm_linear";
   VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "x", x, {DType::kBF16}));
   if (x.ndim() != 2) {
     return make_error(ErrorCode::kInvalidArgument, "{}: x is {}, expected [M, K]", kOp,
@@ -719,75 +708,9 @@ Status add_rms_norm_linear_impl(std::string_view kOp, const Tensor& x, const Ten
   np.ld_normed = nrm.row_stride;
   np.eps = eps;
   np.unit_offset = unit_offset;
-  if (route != nullptr) {
-    if (!add_rms_norm_linear_route_fits(x, weight)) {
-      return make_error(ErrorCode::kUnsupported,
-                        "{}: [{}, {}] x [{}, {}]^T is not a product the routing can follow in one "
-                        "launch (add_rms_norm_linear_route_fits)",
-                        kOp, M, K, p.n, K);
-    }
-    const int64_t experts = route->experts, top_k = route->top_k;
-    const int64_t out_k = top_k + (route->shared_slot ? 1 : 0);
-    if (out.dtype() != DType::kF32 || experts < 1 || experts > kMoeMaxExperts ||
-        experts + (route->shared_slot ? 1 : 0) > p.n) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "{}: routing {} experts{} of out {} (F32 [M, >= experts{}]; 1 to {} "
-                        "experts)",
-                        kOp, experts, route->shared_slot ? " and the shared one" : "",
-                        out.to_string(), route->shared_slot ? " + 1" : "", kMoeMaxExperts);
-    }
-    if (top_k < 1 || top_k > std::min(experts, kMoeMaxTopK)) {
-      return make_error(ErrorCode::kInvalidArgument, "{}: top_k is {}, expected 1 <= top_k <= {}",
-                        kOp, top_k, std::min(experts, kMoeMaxTopK));
-    }
-    for (auto [name, t, dtype] : {std::tuple<std::string_view, const Tensor*, DType>{
-                                      "topk_weights", topk_weights, DType::kF32},
-                                  {"topk_ids", topk_ids, DType::kI64}}) {
-      VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, name, *t, x));
-      VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, name, *t, {dtype}));
-      VLLM_RETURN_IF_ERROR(detail::check_contiguous(kOp, name, *t));
-      if (t->shape() != Shape{M, out_k}) {
-        return make_error(ErrorCode::kInvalidArgument, "{}: {} is {}, expected [{}, {}]", kOp, name,
-                          t->to_string(), M, out_k);
-      }
-    }
-    VLLM_RETURN_IF_ERROR(detail::check_same_device(kOp, "counter", route->counter, x));
-    VLLM_RETURN_IF_ERROR(detail::check_cuda_tensor(kOp, "counter", route->counter, {DType::kI32}));
-    if (route->counter.numel() != 1) {
-      return make_error(ErrorCode::kInvalidArgument, "{}: counter is {}, expected one I32", kOp,
-                        route->counter.to_string());
-    }
-    np.route_weights = static_cast<float*>(topk_weights->data_ptr());
-    np.route_ids = static_cast<int64_t*>(topk_ids->data_ptr());
-    np.route_counter = static_cast<unsigned*>(route->counter.data_ptr());
-    np.route_experts = static_cast<int>(experts);
-    np.route_top_k = static_cast<int>(top_k);
-    np.route_out_k = static_cast<int>(out_k);
-    np.route_renormalize = route->renormalize;
-  }
   DeviceGuard guard(x.device());
   VLLM_RETURN_IF_ERROR(guard.status());
   return detail::launch_gemv_norm(p, np, stream);
-}
-
-}  // namespace
-
-Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
-                           float eps, bool unit_offset, const LinearWeight& weight,
-                           Tensor& residual_out, Tensor& normed, Tensor& out, cudaStream_t stream) {
-  return add_rms_norm_linear_impl("cuda::add_rms_norm_linear", x, residual, norm_weight, eps,
-                                  unit_offset, weight, residual_out, normed, out, nullptr, nullptr,
-                                  nullptr, stream);
-}
-
-Status add_rms_norm_linear_route(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
-                                 float eps, bool unit_offset, const LinearWeight& weight,
-                                 Tensor& residual_out, Tensor& normed, Tensor& out,
-                                 const MoeRouteAfter& route, Tensor& topk_weights, Tensor& topk_ids,
-                                 cudaStream_t stream) {
-  return add_rms_norm_linear_impl("cuda::add_rms_norm_linear_route", x, residual, norm_weight, eps,
-                                  unit_offset, weight, residual_out, normed, out, &route,
-                                  &topk_weights, &topk_ids, stream);
 }
 
 namespace {

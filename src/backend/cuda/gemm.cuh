@@ -97,28 +97,6 @@ Status add_rms_norm_linear(const Tensor& x, const Tensor& residual, const Tensor
                            float eps, bool unit_offset, const LinearWeight& weight,
                            Tensor& residual_out, Tensor& normed, Tensor& out, cudaStream_t stream);
 
-// The MoE router's product with its routing in the same launch: add_rms_norm_linear, then
-// moe_route (moe.cuh) of out's first `experts` columns (and the shared expert's slot from
-// column `experts`) into topk_weights F32 / topk_ids I64 [M, top_k (+ 1)], by the launch's
-// last block to finish; the same numbers as the two calls, bit for bit. out must be F32.
-// counter: an I32 [1] tensor on x's device, zero before the first call; every call leaves it
-// at zero again. Calls that share a counter must not run at once (give each MoE layer its own).
-struct MoeRouteAfter {
-  int64_t experts = 0;
-  int64_t top_k = 0;
-  bool renormalize = false;
-  bool shared_slot = false;
-  Tensor counter;
-};
-// Whether add_rms_norm_linear_route takes these operands: add_rms_norm_linear_fits with a BF16
-// weight narrow enough for one 16-row tile per SM (the MoE router).
-bool add_rms_norm_linear_route_fits(const Tensor& x, const LinearWeight& weight);
-Status add_rms_norm_linear_route(const Tensor& x, const Tensor& residual, const Tensor& norm_weight,
-                                 float eps, bool unit_offset, const LinearWeight& weight,
-                                 Tensor& residual_out, Tensor& normed, Tensor& out,
-                                 const MoeRouteAfter& route, Tensor& topk_weights, Tensor& topk_ids,
-                                 cudaStream_t stream);
-
 // linear() with a block-scaled FP8 weight (W8A16): x F32 or BF16 [M, K], weight F8_E4M3
 // [N, K] with its F32 scales, all on the context's device; out as linear(). Up to
 // kFp8GemvMaxRows rows (gemv_fp8.cuh) a GEMV reads the e4m3 weight directly: the batched

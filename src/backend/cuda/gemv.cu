@@ -62,8 +62,6 @@
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/gemv_fp8.cuh"
 #include "backend/cuda/mma.cuh"
-#include "backend/cuda/moe.cuh"
-#include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda::detail {
@@ -92,8 +90,6 @@ constexpr int kNormChunks = 4;
 // longer at 1 row.
 constexpr int64_t kNormWideMaxK = 2560;   // one row
 constexpr int64_t kNormWideMaxK2 = 2048;  // two rows
-// Logits per lane of the routing epilogue's widest route_row (kMoeMaxExperts).
-constexpr int kRouteMaxPerLane = static_cast<int>(kMoeMaxExperts) / kWarpSize;
 constexpr int kF32Warps = 8;
 constexpr int kF32Rows = 2;    // output features per warp
 constexpr int kF32Unroll = 2;  // chunks of each feature in flight per lane
@@ -135,11 +131,6 @@ struct GemvNorm {
   int64_t ld_normed;
   float eps;
   bool unit_offset;
-  // The MoE routing after the product (GemvNormProblem's route_*; route_weights null: none).
-  float* route_weights;
-  int64_t* route_ids;
-  unsigned* route_counter;
-  RouteRowArgs route;
 };
 
 // 16 bytes of x, which every block reads: a coherent load (an earlier kernel wrote x; see
@@ -260,29 +251,6 @@ __device__ void gemv_norm_prologue(const GemvParams& p, const GemvNorm& nrm, uin
     }
   }
   __syncthreads();  // xs is whole
-}
-
-// GemvNorm's routing, at the end of every block of the 16-warp launch: once the block's outputs
-// are stored, thread 0 takes a ticket from route_counter (atomicInc wraps it back to zero at the
-// grid's size), and the block holding the last one routes the m rows, a warp each, from the
-// logits the grid wrote (route_row reads them through L2). The fences around the ticket are a
-// grid barrier's: every block's stores reach the GPU before its ticket, and the last block's
-// loads come after all tickets.
-__device__ void gemv_route_epilogue(const GemvParams& p, const GemvNorm& nrm) {
-  __syncthreads();  // the block's outputs are stored
-  bool last_ticket = false;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last_ticket = atomicInc(nrm.route_counter, gridDim.x - 1) == gridDim.x - 1;
-    __threadfence();
-  }
-  const bool last = __syncthreads_or(last_ticket);
-  const int warp = threadIdx.x / kWarpSize;
-  if (!last || warp >= p.m) return;
-  const float* logits = static_cast<const float*>(p.out) + warp * p.ldo;
-  const int64_t at = static_cast<int64_t>(warp) * nrm.route.out_k;
-  route_row_any<kRouteMaxPerLane>(logits, nrm.route_weights + at, nrm.route_ids + at, nrm.route,
-                                  threadIdx.x % kWarpSize);
 }
 
 // Blocks of 8 warps resident per SM that the register budget must allow: 3 (<= 80 registers)
@@ -528,9 +496,6 @@ __global__ void __launch_bounds__(kWarps* kWarpSize,
       __syncthreads();  // partial is read above
     }
   }
-  if constexpr (kNorm && !kFp8 && kWarps == kWideBlockWarps) {
-    if (nrm.route_weights != nullptr) gemv_route_epilogue(p, nrm);  // grid-uniform
-  }
 }
 
 // kN: elements per load, 4 (16 bytes) or 1.
@@ -727,11 +692,6 @@ bool gemv_norm_fits(int64_t m, int64_t n, int64_t k, int sm_count, bool fp8_weig
          norm_smem_bytes(m, k, launch.warps) <= 48 * 1024 && n <= 0x7fffffff;
 }
 
-bool gemv_norm_route_fits(int64_t m, int64_t n, int64_t k, int sm_count) {
-  return gemv_norm_fits(m, n, k, sm_count) &&
-         gemv_norm_launch(n, sm_count).warps == kWideBlockWarps && m <= kWideBlockWarps;
-}
-
 Status launch_gemv_norm(const GemvProblem& pr, const GemvNormProblem& norm, cudaStream_t stream) {
   const int sms = multiprocessor_count(pr.device);
   const bool fp8 = pr.scales != nullptr;
@@ -766,29 +726,6 @@ Status launch_gemv_norm(const GemvProblem& pr, const GemvNormProblem& norm, cuda
   nrm.eps = norm.eps;
   nrm.unit_offset = norm.unit_offset;
   const GemvLaunch launch = gemv_norm_launch(pr.n, sms);
-  if (norm.route_weights != nullptr) {
-    const int64_t experts = norm.route_experts, top_k = norm.route_top_k;
-    if (fp8 || pr.out_dtype != DType::kF32 || launch.warps != kWideBlockWarps ||
-        pr.m > kWideBlockWarps || norm.route_ids == nullptr || norm.route_counter == nullptr ||
-        experts < 1 || experts > kMoeMaxExperts || top_k < 1 ||
-        top_k > std::min(experts, kMoeMaxTopK) ||
-        (norm.route_out_k != top_k && norm.route_out_k != top_k + 1) ||
-        experts + (norm.route_out_k - top_k) > pr.n) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "gemv: the routing after the fused RMSNorm takes a BF16 weight of at most "
-                        "one 16-row tile per SM (gemv_norm_route_fits), F32 logits with the "
-                        "routed columns (+ the shared gate's), 1 to {} experts and 1 <= top_k <= "
-                        "min(experts, {}) (got {} [{}, {}] x {}[{}, {}]^T, {} experts, top {} of "
-                        "{} slots)",
-                        kMoeMaxExperts, kMoeMaxTopK, dtype_name(pr.out_dtype), pr.m, pr.k,
-                        fp8 ? "fp8" : "", pr.n, pr.k, experts, top_k, norm.route_out_k);
-    }
-    nrm.route_weights = norm.route_weights;
-    nrm.route_ids = norm.route_ids;
-    nrm.route_counter = norm.route_counter;
-    nrm.route = RouteRowArgs{static_cast<int>(experts), static_cast<int>(top_k),
-                             static_cast<int>(norm.route_out_k), norm.route_renormalize};
-  }
   const size_t smem = norm_smem_bytes(pr.m, pr.k, launch.warps);
   const int64_t tiles = ceil_div(p.n, kTileRows);
   if (launch.warps == kWideBlockWarps) {  // narrow: a block a tile, at most one per SM

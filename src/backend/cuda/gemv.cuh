@@ -78,19 +78,6 @@ struct GemvNormProblem {
   int64_t ld_normed = 0;
   float eps = 1e-6f;
   bool unit_offset = false;
-  // The MoE routing after the product (route_weights set; BF16 weight, F32 out): moe_route of
-  // out's first route_experts columns (+ column route_experts, the shared expert's gate, with
-  // route_out_k = route_top_k + 1) into route_weights F32 / route_ids I64 [m, route_out_k],
-  // contiguous, by the launch's last block to finish (moe_route.cuh's route_row, the router
-  // kernel's numbers bit for bit). route_counter: a device word that is zero before the launch
-  // and that every launch leaves at zero; no two launches that share it may run at once.
-  float* route_weights = nullptr;
-  int64_t* route_ids = nullptr;
-  unsigned* route_counter = nullptr;
-  int route_experts = 0;  // 1 to kMoeMaxExperts
-  int route_top_k = 0;
-  int route_out_k = 0;
-  bool route_renormalize = false;
 };
 // Rows of x the fused norm takes. Measured on the H200 (35B-A3B decode step, the router): 0.05
 // ms shorter at 1 token, 0.015 at 2, 0.42 longer at 8 (the rows are normalised in turn).
@@ -104,10 +91,6 @@ GemvLaunch gemv_norm_launch(int64_t n, int sm_count);
 // Whether launch_gemv_norm takes a product of these sizes on a GPU of sm_count SMs, its weight
 // BF16 or (fp8_weight) block-scaled FP8 as gemv_fp8_fits() takes it.
 bool gemv_norm_fits(int64_t m, int64_t n, int64_t k, int sm_count, bool fp8_weight = false);
-// Whether launch_gemv_norm also takes the routing (GemvNormProblem::route_weights) after a
-// BF16 product of these sizes: one launch of 16-warp blocks (an output of at most one 16-row
-// tile per SM: the MoE router).
-bool gemv_norm_route_fits(int64_t m, int64_t n, int64_t k, int sm_count);
 // Queues the product with the norm in its prologue: one launch where the norm would take one
 // of its own. kInvalidArgument when gemv_norm_fits() says no or a row is off 16 bytes.
 Status launch_gemv_norm(const GemvProblem& problem, const GemvNormProblem& norm,

@@ -1,8 +1,11 @@
 // The MoE router, the grouping of routed pairs by expert, the weighted combine and the op
 // entries of moe.cuh. The expert products themselves are in moe_gemv.cu and moe_gemm.cu.
 //
-// moe_route: one warp per token, each running route_row (moe_route.cuh) with 4, 8, 16 or 32
-// logits a lane, the fewest that cover E <= 1024.
+// moe_route: one warp per token. Lane l holds the logits of experts l, l + 32, ... (4, 8, 16
+// or 32 each, the fewest that cover E <= 1024) and computes the softmax as the CPU op does
+// (max, exp(x - max), sum, one reciprocal), then the warp picks the k largest probabilities
+// one at a time with an argmax whose ties go to the lower expert id; lane i keeps the i-th
+// pick. The renormalising sum adds the picks in pick order, as the CPU op does.
 //
 // moe_plan_kernel: one block of 1024 threads (one per possible expert) counts the pairs per
 // expert in shared memory, scans the padded counts into offsets and the non-empty experts into
@@ -24,7 +27,6 @@
 #include "backend/cuda/fp8_quant.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/moe_plan.cuh"
-#include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/runtime.h"
 
 namespace vllm::cuda {
@@ -65,17 +67,101 @@ struct RouteParams {
   bool renormalize;
 };
 
-// kPerLane: logits per lane, E <= 32 * kPerLane (route_row, moe_route.cuh).
+// kPerLane: logits per lane, E <= 32 * kPerLane (the top-k scans touch only these).
 template <int kPerLane>
 __global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(RouteParams p) {
   pdl_wait();
   pdl_launch_next();
+  constexpr int kRoutePerLane = kPerLane;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / kWarpSize;
   if (t >= p.tokens) return;  // whole warps leave; no block barrier below
-  const detail::RouteRowArgs args{p.experts, p.top_k, p.out_k, p.renormalize};
-  detail::route_row<kPerLane>(p.logits + t * p.logits_stride, p.weights + t * p.out_k,
-                              p.ids + t * p.out_k, args, lane);
+  const float* row = p.logits + t * p.logits_stride;
+  float prob[kRoutePerLane];
+  float max_value = -INFINITY;
+  // A NaN or +inf logit, or a row of -inf only, makes every probability NaN on the CPU
+  // (x - max is NaN somewhere and the NaN reaches the sum); a -inf among finite logits is
+  // just a zero probability.
+  bool bad = false;
+#pragma unroll
+  for (int j = 0; j < kRoutePerLane; ++j) {
+    const int e = lane + j * kWarpSize;
+    prob[j] = e < p.experts ? row[e] : -INFINITY;
+    if (e < p.experts) {
+      bad |= isnan(prob[j]) || prob[j] == INFINITY;
+      max_value = fmaxf(max_value, prob[j]);
+    }
+  }
+  max_value = detail::warp_max(max_value);
+  bad = __any_sync(0xffffffffu, bad) || max_value == -INFINITY;
+  float* weights = p.weights + t * p.out_k;
+  int64_t* ids = p.ids + t * p.out_k;
+  if (p.out_k > p.top_k && lane == 0) {
+    // The shared expert as expert E, weighted by the sigmoid of its gate's logit (column E).
+    weights[p.top_k] = 1.0f / (1.0f + expf(-row[p.experts]));
+    ids[p.top_k] = p.experts;
+  }
+  if (bad) {
+    // All probabilities NaN: torch.topk (and the CPU op) rank NaN first, ties by index.
+    if (lane < p.top_k) {
+      weights[lane] = NAN;
+      ids[lane] = lane;
+    }
+    return;
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kRoutePerLane; ++j) {
+    if (lane + j * kWarpSize < p.experts) {
+      prob[j] = expf(prob[j] - max_value);
+      sum += prob[j];
+    }
+  }
+  const float inv_sum = 1.0f / detail::warp_sum(sum);
+  // Probabilities are >= 0; -1 marks experts past E and those already picked.
+#pragma unroll
+  for (int j = 0; j < kRoutePerLane; ++j) {
+    prob[j] = lane + j * kWarpSize < p.experts ? prob[j] * inv_sum : -1.0f;
+  }
+  // Each round picks the largest probability left, the lower id on a tie (torch.topk and the
+  // CPU op): as unsigned keys (the bits of a probability >= 0, plus one; 0 for experts past E
+  // and those already picked) the largest key is the largest probability, and one warp
+  // reduction finds it, a second the lowest id holding it.
+  uint32_t key[kRoutePerLane];
+#pragma unroll
+  for (int j = 0; j < kRoutePerLane; ++j) {
+    key[j] = prob[j] >= 0.0f ? __float_as_uint(fabsf(prob[j])) + 1u : 0u;  // -0 as +0
+  }
+  float picked_sum = 0.0f, my_weight = 0.0f;
+  int my_id = 0;
+  for (int i = 0; i < p.top_k; ++i) {
+    uint32_t mine = 0;
+#pragma unroll
+    for (int j = 0; j < kRoutePerLane; ++j) mine = max(mine, key[j]);
+    const uint32_t top = __reduce_max_sync(0xffffffffu, mine);
+    uint32_t first = UINT_MAX;
+#pragma unroll
+    for (int j = kRoutePerLane - 1; j >= 0; --j) {
+      if (key[j] == top) first = static_cast<uint32_t>(lane + j * kWarpSize);
+    }
+    const int best_e = static_cast<int>(__reduce_min_sync(0xffffffffu, first));
+    const float best = __uint_as_float(top - 1u);
+    if (best_e % kWarpSize == lane) {
+#pragma unroll
+      for (int j = 0; j < kRoutePerLane; ++j) {
+        if (j == best_e / kWarpSize) key[j] = 0u;
+      }
+    }
+    if (lane == i) {
+      my_weight = best;
+      my_id = best_e;
+    }
+    picked_sum += best;
+  }
+  if (lane < p.top_k) {
+    weights[lane] = p.renormalize ? my_weight / picked_sum : my_weight;
+    ids[lane] = my_id;
+  }
 }
 
 // ---- Grouping ----------------------------------------------------------------------------

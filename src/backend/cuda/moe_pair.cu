@@ -76,10 +76,8 @@ __device__ __forceinline__ void stage(T* dst, const T* src, int n) {
 // The same for a block that runs before pdl_wait: x was written by a kernel that finished
 // before this one launched, so the loads go to L2 (ld.global.cg), where that kernel's writes
 // are, never to a line an earlier kernel left in this SM's L1.
-// n * sizeof(T) is a multiple of 16.
-template <typename T>
-__device__ __forceinline__ void stage_from_l2(T* dst, const T* src, int n) {
-  for (int i = threadIdx.x; i < n * static_cast<int>(sizeof(T)) / 16; i += kPairThreads) {
+__device__ __forceinline__ void stage_from_l2(__nv_bfloat16* dst, const __nv_bfloat16* src, int n) {
+  for (int i = threadIdx.x; i < n / 8; i += kPairThreads) {
     reinterpret_cast<int4*>(dst)[i] = __ldcg(reinterpret_cast<const int4*>(src) + i);
   }
 }
@@ -247,8 +245,8 @@ __device__ __forceinline__ uint4 load_weight_chunk(const __nv_bfloat16* p) {
 
 // The pair of gate/up block y. With the last slot ahead, the blocks of every token's last
 // slot come first (y < tokens), so they are the ones resident while the kernel before runs.
-template <bool kAhead, typename T>
-__device__ __forceinline__ int gate_up_pair(const PairParams<T>& p, int y) {
+template <bool kAhead>
+__device__ __forceinline__ int gate_up_pair(const PairParams<__nv_bfloat16>& p, int y) {
   if (!kAhead) return y;
   const int tokens = static_cast<int>(gridDim.y) / p.top_k;
   if (y < tokens) return y * p.top_k + p.top_k - 1;
@@ -334,13 +332,10 @@ __global__ void __launch_bounds__(kPairThreads, 2)
 // 16,384), so a batch-1 grid of 256 blocks is one wave.
 constexpr int kWholeDownUnroll = 2;
 
-// kAhead (MoePairArgs::last_slot_ahead): every warp issues its first round of weight loads
-// before pdl_wait. The last slot's expert needs no routing; the routed slots' ids come from
-// the routing, which finished before the gate/up kernel between it and this one passed its
-// pdl_wait, so before this kernel launched: they are read through L2 (ld.global.cg), never
-// from a line an earlier kernel left in this SM's L1. Only the act rows, the gate/up kernel's,
-// wait. (pdl_wait returns at once after the first time, so each round calls it rather than
-// keeping a register to know.)
+// kAhead (MoePairArgs::last_slot_ahead): the warp of every token's last slot issues its
+// first round of weight loads before pdl_wait, its expert needing no routing. (pdl_wait
+// returns at once after the first time, so each round calls it rather than keeping a
+// register to know.)
 template <bool kAhead>
 __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloat16> p) {
   using T = __nv_bfloat16;
@@ -359,9 +354,8 @@ __global__ void __maxnreg__(96) moe_pair_down_whole_kernel(PairParams<__nv_bfloa
   const int chunks = p.inter / kN;
   for (int slot = warp; slot < p.top_k; slot += warps) {
     const bool ahead = kAhead && slot == p.top_k - 1;
-    const int64_t e = ahead    ? p.experts - 1
-                      : kAhead ? __ldcg(p.ids + first_pair + slot)
-                               : p.ids[first_pair + slot];
+    if (kAhead && !ahead) pdl_wait();
+    const int64_t e = ahead ? p.experts - 1 : p.ids[first_pair + slot];
     const bool use = e >= 0 && e < p.experts;
     const T* base = p.down + (use ? e : 0) * p.hidden * static_cast<int64_t>(p.inter);
     const T* act = p.act + (first_pair + slot) * p.inter;
@@ -444,20 +438,14 @@ __device__ __forceinline__ float dot_fp8_chunk(const uint4& w, float scale, cons
   return fmaf(dot, scale, acc);
 }
 
-// kAhead (MoePairArgs::last_slot_ahead, vector path only): a block of the last slot does all
-// its work before pdl_wait, as in moe_pair_gate_up_whole_kernel.
-template <typename T, bool kVec, bool kAhead>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_fp8_kernel(PairParams<T> p) {
-  static_assert(kVec || !kAhead, "the shared slot goes ahead on the vector path only");
+  pdl_wait();
+  pdl_launch_next();
   extern __shared__ __align__(16) unsigned char smem[];
   T* x = reinterpret_cast<T*>(smem);  // [H]: the pair's token row
-  const int pair = gate_up_pair<kAhead>(p, blockIdx.y);
-  const bool ahead = kAhead && pair % p.top_k == p.top_k - 1;
-  if (!ahead) {
-    pdl_wait();
-    pdl_launch_next();
-  }
-  const int64_t e = ahead ? p.experts - 1 : p.ids[pair];
+  const int pair = blockIdx.y;
+  const int64_t e = p.ids[pair];
   if (e < 0 || e >= p.experts) return;  // the whole block; the down kernel skips this pair
   const int col = blockIdx.x * kPairWarps + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -482,17 +470,9 @@ __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_fp8_kernel(P
       }
     };
     load(lane);  // in flight while the block stages x
-    const T* row = p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx;
-    if (ahead) {
-      stage_from_l2(x, row, p.hidden);
-    } else {
-      stage<T, 16 / sizeof(T)>(x, row, p.hidden);
-    }
+    stage<T, 16 / sizeof(T)>(x, p.x + static_cast<int64_t>(pair / p.top_k) * p.ldx, p.hidden);
     __syncthreads();
-    if (col >= p.inter) {  // whole warps leave; no barrier below
-      if (ahead) pdl_wait();
-      return;
-    }
+    if (col >= p.inter) return;  // whole warps leave; no barrier below
     for (int c0 = lane; c0 < chunks;) {
 #pragma unroll
       for (int i = 0; i < kFp8GateUpUnroll; ++i) {
@@ -524,23 +504,14 @@ __global__ void __launch_bounds__(kPairThreads, 2) moe_pair_gate_up_fp8_kernel(P
   if (lane == 0) {
     p.act[static_cast<int64_t>(pair) * p.inter + col] = from_float<T>(g / (1.0f + expf(-g)) * u);
   }
-  if (ahead) {  // the kernel must not finish before the ones it follows
-    pdl_wait();
-    pdl_launch_next();
-  }
 }
 
 // Block: one warp per slot (slots past kDownMaxWarps wrap around), kDownRows output rows.
-// kAhead (MoePairArgs::last_slot_ahead, vector path only): every warp issues its weight loads
-// before pdl_wait, the routed slots' ids read through L2, as in moe_pair_down_whole_kernel.
-template <typename T, bool kVec, bool kAhead>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
     moe_pair_down_fp8_kernel(PairParams<T> p) {
-  static_assert(kVec || !kAhead, "the shared slot goes ahead on the vector path only");
-  if constexpr (!kAhead) {
-    pdl_wait();
-    pdl_launch_next();
-  }
+  pdl_wait();
+  pdl_launch_next();
   extern __shared__ __align__(16) unsigned char smem[];
   // [kMoePairMaxSlots][kDownRows]: expert outputs, rounded to T
   auto* y_s = reinterpret_cast<float(*)[kDownRows]>(smem);
@@ -552,10 +523,7 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
   const int64_t first_pair = static_cast<int64_t>(t) * p.top_k;
   const int block_k = p.down_scales.block_k;
   for (int slot = warp; slot < p.top_k; slot += warps) {
-    const bool ahead = kAhead && slot == p.top_k - 1;
-    const int64_t e = ahead    ? p.experts - 1
-                      : kAhead ? __ldcg(p.ids + first_pair + slot)
-                               : p.ids[first_pair + slot];
+    const int64_t e = p.ids[first_pair + slot];
     const bool use = e >= 0 && e < p.experts;
     const int64_t ee = use ? e : 0;
     const T* act = p.act + (first_pair + slot) * p.inter;
@@ -585,7 +553,6 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
               }
             }
           }
-          if constexpr (kAhead) pdl_wait();  // act is the gate/up kernel's
 #pragma unroll
           for (int i = 0; i < kFp8DownUnroll; ++i) {
             const int ci = c + i * kWarpSize;
@@ -618,10 +585,6 @@ __global__ void __launch_bounds__(kDownMaxWarps* kWarpSize)
       if (lane == r) y_s[slot][r] = y;
     }
   }
-  if constexpr (kAhead) {
-    pdl_wait();
-    pdl_launch_next();
-  }
   __syncthreads();
   combine_down_row(p, y_s, t, h0);
 }
@@ -649,7 +612,7 @@ Status run_fp8(void (*kernel)(PairParams<T>), const char* name, dim3 grid, unsig
 constexpr size_t kDownFp8SmemBytes = sizeof(float) * kMoePairMaxSlots * kDownRows;
 
 template <typename T>
-Status launch_pair_fp8(const PairParams<T>& p, const MoeProblem& pr, int64_t pairs, bool ahead,
+Status launch_pair_fp8(const PairParams<T>& p, const MoeProblem& pr, int64_t pairs,
                        cudaStream_t stream) {
   const bool vec_x = is_aligned(pr.x, 16) && (pr.tokens == 1 || (pr.ldx * sizeof(T)) % 16 == 0);
   const bool vec_gu = pr.hidden % kFp8Chunk == 0 && p.gate_up_scales.block_k % kFp8Chunk == 0 &&
@@ -657,25 +620,16 @@ Status launch_pair_fp8(const PairParams<T>& p, const MoeProblem& pr, int64_t pai
   const dim3 gu_grid(static_cast<unsigned>(ceil_div(pr.inter, kPairWarps)),
                      static_cast<unsigned>(pairs));
   const size_t x_smem = static_cast<size_t>(pr.hidden) * sizeof(T);
-  void (*gate_up)(PairParams<T>) = moe_pair_gate_up_fp8_kernel<T, false, false>;
-  if (vec_gu) {
-    gate_up = ahead ? moe_pair_gate_up_fp8_kernel<T, true, true>
-                    : moe_pair_gate_up_fp8_kernel<T, true, false>;
-  }
   VLLM_RETURN_IF_ERROR(
-      run_fp8(gate_up, "moe_pair_gate_up_fp8_kernel", gu_grid, kPairThreads, x_smem, stream, p));
+      run_fp8(vec_gu ? moe_pair_gate_up_fp8_kernel<T, true> : moe_pair_gate_up_fp8_kernel<T, false>,
+              "moe_pair_gate_up_fp8_kernel", gu_grid, kPairThreads, x_smem, stream, p));
   const dim3 dn_grid(static_cast<unsigned>(ceil_div(pr.hidden, kDownRows)),
                      static_cast<unsigned>(pr.tokens));
   const unsigned dn_threads = static_cast<unsigned>(std::min(p.top_k, kDownMaxWarps) * kWarpSize);
   const bool vec_dn = pr.inter % kFp8Chunk == 0 && p.down_scales.block_k % kFp8Chunk == 0 &&
                       is_aligned(pr.down, 16) && is_aligned(pr.act, 16);
-  void (*down)(PairParams<T>) = moe_pair_down_fp8_kernel<T, false, false>;
-  if (vec_dn) {
-    down =
-        ahead ? moe_pair_down_fp8_kernel<T, true, true> : moe_pair_down_fp8_kernel<T, true, false>;
-  }
-  return run_fp8(down, "moe_pair_down_fp8_kernel", dn_grid, dn_threads, kDownFp8SmemBytes, stream,
-                 p);
+  return run_fp8(vec_dn ? moe_pair_down_fp8_kernel<T, true> : moe_pair_down_fp8_kernel<T, false>,
+                 "moe_pair_down_fp8_kernel", dn_grid, dn_threads, kDownFp8SmemBytes, stream, p);
 }
 
 template <typename T>
@@ -709,7 +663,7 @@ Status launch_pair(const MoeProblem& pr, const MoePairArgs& a, cudaStream_t stre
     p.down8 = static_cast<const uint8_t*>(pr.down);
     p.gate_up_scales = pr.gate_up_scales;
     p.down_scales = pr.down_scales;
-    return launch_pair_fp8(p, pr, pairs, a.last_slot_ahead, stream);
+    return launch_pair_fp8(p, pr, pairs, stream);
   }
   const dim3 gu_grid(static_cast<unsigned>(ceil_div(pr.inter, kPairWarps)),
                      static_cast<unsigned>(pairs));

@@ -184,11 +184,11 @@ Status GdnLayer::mix(const ExecContext& ctx, const Tensor& proj, const StepInput
   Tensor a = proj.slice(1, conv_dim + value_dim + hv, conv_dim + value_dim + 2 * hv);
 
   VLLM_ASSIGN_OR_RETURN(Tensor conv_out, ctx.act({tokens, conv_dim}));
+  VLLM_RETURN_IF_ERROR(ops::causal_conv1d(ctx, proj.slice(1, 0, conv_dim), conv_weight_, Tensor(),
+                                          in.layout, conv_state, conv_out));
   VLLM_ASSIGN_OR_RETURN(Tensor g, ctx.alloc({tokens, hv}, DType::kF32));
   VLLM_ASSIGN_OR_RETURN(Tensor beta, ctx.alloc({tokens, hv}, DType::kF32));
-  VLLM_RETURN_IF_ERROR(ops::causal_conv1d_gating(ctx, proj.slice(1, 0, conv_dim), conv_weight_,
-                                                 Tensor(), in.layout, conv_state, conv_out, a, b,
-                                                 A_log_, dt_bias_, g, beta));
+  VLLM_RETURN_IF_ERROR(ops::gdn_gating(ctx, a, b, A_log_, dt_bias_, g, beta));
   VLLM_ASSIGN_OR_RETURN(Tensor core, ctx.act({tokens, value_dim}));
   VLLM_RETURN_IF_ERROR(ops::gated_delta_rule(ctx, conv_out.slice(1, 0, key_dim),
                                              conv_out.slice(1, key_dim, 2 * key_dim),

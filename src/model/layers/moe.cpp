@@ -124,11 +124,6 @@ Status MoeLayer::load(WeightSource& w, const std::string& m, const MoeSpec& spec
     VLLM_RETURN_IF_ERROR(ops::zero(ctx, pad));
     VLLM_ASSIGN_OR_RETURN(router_, concat_rows({router_, pad}, &ctx));
   }
-  route_counter_ = Tensor();
-  if (ctx.is_cuda() && !router_.device().is_meta()) {
-    VLLM_ASSIGN_OR_RETURN(route_counter_, Tensor::try_empty({1}, DType::kI32, router_.device()));
-    VLLM_RETURN_IF_ERROR(ops::zero(ctx, route_counter_));
-  }
   VLLM_RETURN_IF_ERROR(load_experts(w, m, ctx));
   if (shared_in_experts_) {
     // Larger batches run it apart (see forward), from the same memory.
@@ -308,19 +303,14 @@ Expected<MoeLayer::Routing> MoeLayer::route(const ExecContext& ctx, const Tensor
   return route_logits(ctx, std::move(logits));
 }
 
-Expected<MoeLayer::Routing> MoeLayer::alloc_routing(const ExecContext& ctx, int64_t tokens) const {
+Expected<MoeLayer::Routing> MoeLayer::route_logits(const ExecContext& ctx, Tensor logits) const {
+  const int64_t tokens = logits.size(0), experts = spec_.num_experts, k = spec_.top_k;
   Routing r;
+  r.logits = std::move(logits);
   r.shared_slot = shared_slot(tokens);
-  const int64_t slots = spec_.top_k + (r.shared_slot ? 1 : 0);
+  const int64_t slots = k + (r.shared_slot ? 1 : 0);
   VLLM_ASSIGN_OR_RETURN(r.topk_weights, ctx.alloc({tokens, slots}, DType::kF32));
   VLLM_ASSIGN_OR_RETURN(r.topk_ids, ctx.alloc({tokens, slots}, DType::kI64));
-  return r;
-}
-
-Expected<MoeLayer::Routing> MoeLayer::route_logits(const ExecContext& ctx, Tensor logits) const {
-  const int64_t experts = spec_.num_experts, k = spec_.top_k;
-  VLLM_ASSIGN_OR_RETURN(Routing r, alloc_routing(ctx, logits.size(0)));
-  r.logits = std::move(logits);
   const Tensor routed = r.logits.slice(1, 0, experts + (r.shared_slot ? 1 : 0));
   VLLM_RETURN_IF_ERROR(
       ops::moe_route(ctx, routed, k, spec_.renormalize, r.topk_weights, r.topk_ids, r.shared_slot));
@@ -342,22 +332,6 @@ Status MoeLayer::forward_add_norm(const ExecContext& ctx, const Tensor& x, const
                                   Tensor& residual_out, Tensor& out) const {
   VLLM_ASSIGN_OR_RETURN(Tensor normed, ctx.act(x.shape()));
   VLLM_ASSIGN_OR_RETURN(Tensor logits, ctx.alloc({x.size(0), router_.size(0)}, DType::kF32));
-  if (route_counter_.defined() &&
-      ops::add_rms_norm_linear_route_fits(ctx, x, norm_weight, router_)) {
-    // The routing in the router's launch: one launch fewer.
-    VLLM_ASSIGN_OR_RETURN(Routing r, alloc_routing(ctx, x.size(0)));
-    r.logits = logits;
-    ops::RouteAfter after;
-    after.experts = spec_.num_experts;
-    after.top_k = spec_.top_k;
-    after.renormalize = spec_.renormalize;
-    after.shared_slot = r.shared_slot;
-    after.counter = route_counter_;
-    VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear_route(ctx, x, residual, norm_weight, eps,
-                                                        unit_offset, router_, residual_out, normed,
-                                                        logits, after, r.topk_weights, r.topk_ids));
-    return experts_forward(ctx, normed, r, out);
-  }
   VLLM_RETURN_IF_ERROR(ops::add_rms_norm_linear(ctx, x, residual, norm_weight, eps, unit_offset,
                                                 router_, residual_out, normed, logits));
   VLLM_ASSIGN_OR_RETURN(Routing r, route_logits(ctx, std::move(logits)));

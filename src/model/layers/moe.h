@@ -85,8 +85,6 @@ class MoeLayer {
   bool expert_parallel() const { return spec_.expert_parallel; }
   // route() from the router's logits; the experts and the shared expert for x.
   Expected<Routing> route_logits(const ExecContext& ctx, Tensor logits) const;
-  // A Routing for `tokens` with its outputs allocated, the logits unset.
-  Expected<Routing> alloc_routing(const ExecContext& ctx, int64_t tokens) const;
   Status experts_forward(const ExecContext& ctx, const Tensor& x, const Routing& r,
                          Tensor& out) const;
   // {x}gate_proj / up_proj / down_proj.weight into slot `slot` of the stacks.
@@ -99,8 +97,6 @@ class MoeLayer {
   // Hopper kernels (an unpadded 257-row router ran an sm_75 kernel at ~7% of peak in prefill).
   Tensor router_;
   Tensor shared_gate_;  // [1, H] when it could not join the router (another dtype)
-  // On CUDA: the counter of the router's launch that routes too (ops::RouteAfter), I32 [1].
-  Tensor route_counter_;
   bool gate_in_router_ = false;
   bool shared_in_experts_ = false;
   ops::MoeWeights experts_;
